@@ -1,0 +1,10 @@
+"""pytest-sme2: ExecuTorch/XNNPACK profiling (SME2-on vs SME2-off) as pytest regression tests.
+
+The package is a one-way pipeline of small stages — models → export → runner/devices → trace →
+analysis → baseline (judgement) → report — joined by frozen dataclasses. This module only
+re-exports what a user's conftest needs; importing it must stay cheap (no torch, no executorch).
+"""
+
+from pytest_sme2.models import ModelSpec, register_model
+
+__all__ = ["ModelSpec", "register_model"]
