@@ -1,0 +1,12 @@
+"""The native runner: its C++ source, its cached build, and one run of it as a subprocess.
+
+``build_runner()`` gives a binary linked against an executorch wheel (host, or aarch64 by cross
+compilation); ``run_runner()`` runs a ``.pte`` under a :class:`RunPlan` and returns a
+:class:`RunResult` (latencies, ETDump, outputs). Importing this package imports neither torch nor
+executorch.
+"""
+
+from pytest_sme2.runner.build import build_runner, executorch_version
+from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+
+__all__ = ["RunPlan", "RunResult", "build_runner", "executorch_version", "run_runner"]

@@ -1,0 +1,191 @@
+"""Run the native runner once and collect what it wrote (timings, ETDump, outputs).
+
+Why a subprocess: running models in a separate native process isolates the Python bindings'
+crashes (see docs/etdump.md), lets a device wrap the command (``prefix``: qemu, adb, taskset) and
+measures the same binary everywhere. Each call uses fresh files in ``workdir``, so a failed run
+can never be mistaken for the previous one's results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_sme2.errors import ConfigError, RunnerError
+
+TIMINGS_NAME = "timings.json"
+ETDUMP_NAME = "run.etdump"
+OUTPUTS_NAME = "outputs.tensors"
+# ExecuTorch's log lines at error level: "E 00:00:00.001678 executorch:program.cpp:114] ..."
+_ET_ERROR_LOG = re.compile(r"^E \d\d:\d\d:\d\d")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How to run a model: ``runs`` measured executions after ``warmup`` unmeasured ones.
+
+    ``traced`` attaches the ETDump event tracer (its overhead is in those latencies); timing-only
+    runs attach nothing. Warm-up executions are traced too and precede the measured ones.
+    """
+
+    runs: int
+    warmup: int = 1
+    threads: int = 1
+    traced: bool = False
+
+    def __post_init__(self) -> None:
+        if self.runs < 1:
+            raise ConfigError(f"runs must be >= 1, got {self.runs}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        if self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one runner process produced."""
+
+    latencies_ms: tuple[float, ...]  # measured runs only (warm-up dropped), in order
+    warmup: int  # how many warm-up executions precede them (also in the ETDump when traced)
+    etdump: Path | None  # traced runs only
+    outputs: Path | None  # tensor file of the last execution's outputs
+    log: str  # runner stdout+stderr
+    command: tuple[str, ...]
+    traced: bool
+
+
+def runner_command(
+    binary: Path,
+    model: Path,
+    workdir: Path,
+    plan: RunPlan,
+    *,
+    inputs: Path | None,
+    want_outputs: bool = True,
+) -> list[str]:
+    """The runner's argument list (without a device prefix) for ``plan``."""
+    command = [
+        str(binary),
+        "--model_path",
+        str(model),
+        "--num_executions",
+        str(plan.runs),
+        "--warmup",
+        str(plan.warmup),
+        "--cpu_threads",
+        str(plan.threads),
+        "--timings",
+        str(workdir / TIMINGS_NAME),
+    ]
+    if plan.traced:
+        command += ["--etdump_path", str(workdir / ETDUMP_NAME)]
+    if inputs is not None:
+        command += ["--inputs", str(inputs)]
+    if want_outputs:
+        command += ["--outputs", str(workdir / OUTPUTS_NAME)]
+    return command
+
+
+def run_runner(
+    binary: Path,
+    model: Path,
+    workdir: Path,
+    plan: RunPlan,
+    *,
+    inputs: Path | None,
+    want_outputs: bool = True,
+    prefix: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> RunResult:
+    """Run ``model`` under ``plan``; RunnerError (stderr tail + command) if anything fails.
+
+    ``prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
+    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME):
+        (workdir / name).unlink(missing_ok=True)
+    command = (
+        *prefix,
+        *runner_command(binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs),
+    )
+    shown = shlex.join(command)
+    try:
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",  # a corrupt model can make the runtime log raw bytes
+            env={**os.environ, **env} if env else None,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as err:
+        raise RunnerError(f"runner timed out after {timeout_s} s; command: {shown}") from err
+    except OSError as err:
+        raise RunnerError(f"cannot start the runner ({err.strerror}); command: {shown}") from err
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RunnerError(
+            f"runner {_exit_reason(proc.returncode)}: {_tail(proc.stderr)}; command: {shown}"
+        )
+
+    timings_path = workdir / TIMINGS_NAME
+    try:
+        timings = json.loads(timings_path.read_text())
+        latencies = [float(value) for value in timings["latencies_ms"]]
+        warmup = int(timings["warmup"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise RunnerError(
+            f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
+        ) from err
+    if warmup != plan.warmup or len(latencies) != plan.warmup + plan.runs:
+        raise RunnerError(
+            f"{timings_path}: expected {plan.warmup} warm-up + {plan.runs} runs, got {warmup} "
+            f"warm-up and {len(latencies)} latencies; command: {shown}"
+        )
+    etdump = workdir / ETDUMP_NAME if plan.traced else None
+    outputs = workdir / OUTPUTS_NAME if want_outputs else None
+    for produced in (etdump, outputs):
+        if produced is not None and not produced.is_file():
+            raise RunnerError(
+                f"{produced}: the runner exited 0 but did not write it; command: {shown}"
+            )
+    return RunResult(
+        latencies_ms=tuple(latencies[warmup:]),
+        warmup=warmup,
+        etdump=etdump,
+        outputs=outputs,
+        log=log,
+        command=command,
+        traced=plan.traced,
+    )
+
+
+def _exit_reason(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"failed (exit {returncode})"
+
+
+def _tail(stderr: str, lines: int = 3) -> str:
+    """The runner's stderr as one line: its ``error:`` line with the last ExecuTorch error log
+    line before it (the runtime's own detail), else the last lines."""
+    text = [line.strip() for line in stderr.splitlines() if line.strip()]
+    ours = [line for line in text if line.startswith("error:")]
+    if ours:
+        runtime = [line.split("] ", 1)[-1] for line in text if _ET_ERROR_LOG.match(line)]
+        return " | ".join(runtime[-1:] + ours[-1:])
+    return " | ".join(text[-lines:]) or "(no output on stderr)"

@@ -1,0 +1,374 @@
+"""The native runner: its cached build, and real runs of real programs through run_runner.
+
+The programs come from a minimal export helper here; it should move to the export stage's
+fixture once that stage exists.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.runner import RunPlan, build_runner, run_runner
+from pytest_sme2.runner.build import (
+    RUNNER_SOURCE_DIR,
+    build_key,
+    executorch_package_dir,
+    find_cmake,
+)
+from pytest_sme2.runner.invoke import TIMINGS_NAME
+from pytest_sme2.tensors import read_tensors, write_tensors
+
+
+@dataclass(frozen=True)
+class Program:
+    """A tiny exported program with real inputs and the eager outputs to compare against."""
+
+    pte: Path
+    inputs: Path
+    eager: tuple[np.ndarray, ...]
+
+
+def _export(directory: Path) -> dict[str, Program]:
+    """Export a conv + linear model in fp32 and fp16 through XNNPACK (the user's path)."""
+    torch = pytest.importorskip("torch")
+    exir = pytest.importorskip("executorch.exir")
+    xnnpack = pytest.importorskip("executorch.backends.xnnpack.partition.xnnpack_partitioner")
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+    torch.manual_seed(0)
+    programs = {}
+    for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
+        model = Tiny().eval().to(dtype)
+        example = (torch.randn(1, 3, 8, 8).to(dtype),)
+        lowered = exir.to_edge_transform_and_lower(
+            torch.export.export(model, example), partitioner=[xnnpack.XnnpackPartitioner()]
+        ).to_executorch()
+        pte = directory / f"tiny_{name}.pte"
+        pte.write_bytes(lowered.buffer)
+        inputs = directory / f"tiny_{name}.inputs"
+        write_tensors(inputs, [t.numpy() for t in example])
+        with torch.no_grad():
+            eager = (model(*example).numpy(),)
+        programs[name] = Program(pte, inputs, eager)
+    return programs
+
+
+@pytest.fixture(scope="session")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Program]:
+    return _export(tmp_path_factory.mktemp("programs"))
+
+
+@pytest.fixture(scope="session")
+def runner() -> Path:
+    """The host runner from the user's cache, as the plugin gets it."""
+    return build_runner()
+
+
+# ---- build ----------------------------------------------------------------------------------
+
+
+def test_build_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    binary = build_runner()
+    assert binary.is_file()
+    assert binary.parent.parent == tmp_path / "runner"
+    built = binary.stat()
+    assert build_runner() == binary
+    again = binary.stat()
+    assert (again.st_ino, again.st_mtime_ns) == (built.st_ino, built.st_mtime_ns)
+    assert json.loads((binary.parent / "build.json").read_text())["target"] == "host"
+
+
+def test_source_change_changes_the_key(tmp_path: Path) -> None:
+    copy = tmp_path / "src"
+    shutil.copytree(RUNNER_SOURCE_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    assert build_key(source_dir=copy) == build_key()
+    with (copy / "sme2_runner.cpp").open("a") as source:
+        source.write("\n// changed\n")
+    assert build_key(source_dir=copy) != build_key()
+
+
+def test_wheel_change_changes_the_key(tmp_path: Path) -> None:
+    """A reinstalled or different wheel (other library files) must not reuse the old binary."""
+    fake = tmp_path / "executorch"
+    shutil.copytree(executorch_package_dir() / "share", fake / "share")
+    (fake / "lib").mkdir()
+    library = fake / "lib" / "libexecutorch.so"
+    library.write_bytes(b"1")
+    before = build_key(executorch_dir=fake)
+    library.write_bytes(b"22")
+    assert build_key(executorch_dir=fake) != before
+
+
+def test_build_failure_reports_the_compiler_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))
+    broken = tmp_path / "src"
+    shutil.copytree(RUNNER_SOURCE_DIR, broken, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    with (broken / "sme2_runner.cpp").open("a") as source:
+        source.write("\nint this_does_not_compile = ;\n")
+    with pytest.raises(RunnerError, match=r"build of the host runner failed.*error") as info:
+        build_runner(source_dir=broken)
+    log = Path(str(info.value).rsplit("full log: ", 1)[1])
+    assert "this_does_not_compile" in log.read_text()
+    assert not list((tmp_path / "cache" / "runner").glob("host-*/sme2_runner"))
+
+
+def test_missing_cmake_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cmake", None)  # the PyPI package is not importable
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(RunnerError, match=r'pip install "cmake>=3.28"'):
+        find_cmake()
+
+
+def test_unknown_target() -> None:
+    with pytest.raises(ConfigError, match="unknown runner target 'riscv'"):
+        build_runner("riscv")
+
+
+def test_cross_target_needs_a_wheel_directory() -> None:
+    with pytest.raises(ConfigError, match="aarch64 runner needs executorch_dir"):
+        build_runner("aarch64")
+
+
+# ---- runs -----------------------------------------------------------------------------------
+
+
+def test_timing_only_run(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    program = programs["fp32"]
+    result = run_runner(runner, program.pte, tmp_path, RunPlan(runs=5), inputs=program.inputs)
+    assert len(result.latencies_ms) == 5
+    assert all(latency > 0 for latency in result.latencies_ms)
+    assert result.etdump is None
+    assert not result.traced
+    assert "--etdump_path" not in result.command
+    assert not (tmp_path / "run.etdump").exists()
+    timings = json.loads((tmp_path / TIMINGS_NAME).read_text())
+    assert timings["traced"] is False
+    assert timings["executorch_version"].startswith("1.")
+    assert "Model executed successfully 5 time(s)" in result.log
+
+
+def test_traced_run_writes_an_etdump_with_every_execution(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp32"]
+    plan = RunPlan(runs=4, warmup=2, traced=True)
+    result = run_runner(runner, program.pte, tmp_path, plan, inputs=program.inputs)
+    assert result.traced
+    assert result.etdump is not None
+    data = result.etdump.read_bytes()
+    assert data[8:12] == b"ED00"  # size-prefixed flatbuffer with the ETDump identifier
+    # Warm-up executions are traced too: one Method::execute event per execution. (A byte count
+    # until the trace stage's reader can be used here.)
+    assert data.count(b"Method::execute") == plan.warmup + plan.runs
+    assert len(result.latencies_ms) == plan.runs
+
+
+def test_outputs_match_eager_fp32(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp32"]
+    result = run_runner(runner, program.pte, tmp_path, RunPlan(runs=2), inputs=program.inputs)
+    assert result.outputs is not None
+    outputs = read_tensors(result.outputs)
+    assert len(outputs) == len(program.eager)
+    for got, want in zip(outputs, program.eager, strict=True):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fp16_program_takes_and_returns_half(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp16"]
+    result = run_runner(runner, program.pte, tmp_path, RunPlan(runs=1), inputs=program.inputs)
+    assert result.outputs is not None
+    (got,) = read_tensors(result.outputs)
+    (want,) = program.eager
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=2e-2)
+
+
+def test_warmup_runs_are_dropped_from_latencies(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp32"]
+    plan = RunPlan(runs=2, warmup=3)
+    result = run_runner(runner, program.pte, tmp_path, plan, inputs=program.inputs)
+    timings = json.loads((tmp_path / TIMINGS_NAME).read_text())
+    assert result.warmup == timings["warmup"] == 3
+    assert len(timings["latencies_ms"]) == 5
+    assert result.latencies_ms == tuple(timings["latencies_ms"][3:])
+
+
+def test_thread_count_reaches_the_runtime(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp32"]
+    run_runner(runner, program.pte, tmp_path, RunPlan(runs=1, threads=2), inputs=program.inputs)
+    assert json.loads((tmp_path / TIMINGS_NAME).read_text())["threads"] == 2
+
+
+def test_stale_results_are_not_reused(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp32"]
+    run_runner(runner, program.pte, tmp_path, RunPlan(runs=1, traced=True), inputs=program.inputs)
+    result = run_runner(
+        runner, program.pte, tmp_path, RunPlan(runs=1), inputs=program.inputs, want_outputs=False
+    )
+    assert result.etdump is None and result.outputs is None
+    assert not (tmp_path / "run.etdump").exists()
+    assert "--outputs" not in result.command
+
+
+def test_executor_runner_command_line(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    """The flags and success line users know from ExecuTorch's executor_runner."""
+    program = programs["fp32"]
+    etdump = tmp_path / "x.etdump"
+    proc = subprocess.run(
+        [
+            str(runner),
+            f"--model_path={program.pte}",
+            "--num_executions",
+            "3",
+            "--cpu_threads",
+            "1",
+            "--etdump_path",
+            str(etdump),
+            "--inputs",
+            str(program.inputs),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Model executed successfully 3 time(s) in" in proc.stdout
+    assert etdump.stat().st_size > 0
+
+
+def test_prefix_and_env_wrap_the_command(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["fp32"]
+    wrapper = ("sh", "-c", 'test "$SME2_PROBE" = yes && exec "$@"', "sh")
+    result = run_runner(
+        runner,
+        program.pte,
+        tmp_path,
+        RunPlan(runs=1),
+        inputs=program.inputs,
+        prefix=wrapper,
+        env={"SME2_PROBE": "yes"},
+    )
+    assert result.command[: len(wrapper)] == wrapper
+    with pytest.raises(RunnerError, match="exit 1"):
+        run_runner(
+            runner, program.pte, tmp_path, RunPlan(runs=1), inputs=program.inputs, prefix=wrapper
+        )
+
+
+def test_not_a_program(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    model = tmp_path / "notes.pte"
+    model.write_text("these are not the weights you are looking for\n")
+    with pytest.raises(RunnerError, match=r"notes\.pte is not an ExecuTorch program"):
+        run_runner(runner, model, tmp_path / "run", RunPlan(runs=1), inputs=programs["fp32"].inputs)
+
+
+def test_truncated_program(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    model = tmp_path / "cut.pte"
+    model.write_bytes(programs["fp32"].pte.read_bytes()[:4096])
+    with pytest.raises(
+        RunnerError, match=r"Program::load of .*cut\.pte failed: Error::InvalidProgram"
+    ):
+        run_runner(runner, model, tmp_path / "run", RunPlan(runs=1), inputs=programs["fp32"].inputs)
+
+
+def test_missing_model(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    with pytest.raises(RunnerError, match=r"cannot open model .*absent\.pte"):
+        run_runner(
+            runner,
+            tmp_path / "absent.pte",
+            tmp_path,
+            RunPlan(runs=1),
+            inputs=programs["fp32"].inputs,
+        )
+
+
+def test_missing_input_file(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    with pytest.raises(RunnerError, match=r"cannot open inputs file .*absent\.inputs"):
+        run_runner(
+            runner,
+            programs["fp32"].pte,
+            tmp_path,
+            RunPlan(runs=1),
+            inputs=tmp_path / "absent.inputs",
+        )
+
+
+def test_inputs_are_required(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    with pytest.raises(RunnerError, match="--inputs is required"):
+        run_runner(runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=None)
+
+
+def test_input_dtype_mismatch(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    with pytest.raises(RunnerError, match="is Half but the program expects Float"):
+        run_runner(
+            runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=programs["fp16"].inputs
+        )
+
+
+def test_input_count_mismatch(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    inputs = tmp_path / "two.inputs"
+    (x,) = read_tensors(programs["fp32"].inputs)
+    write_tensors(inputs, [x, x])
+    with pytest.raises(RunnerError, match=r"holds 2 tensor\(s\) but method 'forward' takes 1"):
+        run_runner(runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=inputs)
+
+
+def test_input_shape_mismatch(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    inputs = tmp_path / "big.inputs"
+    write_tensors(inputs, [np.zeros((1, 3, 16, 16), np.float32)])
+    with pytest.raises(RunnerError, match=r"shape \[1, 3, 16, 16\] but the program expects"):
+        run_runner(runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=inputs)
+
+
+def test_timeout(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
+    stall = ("sh", "-c", "exec sleep 30", "sh")  # stands in for a hung device
+    with pytest.raises(RunnerError, match=r"timed out after 0\.5 s"):
+        run_runner(
+            runner,
+            programs["fp32"].pte,
+            tmp_path,
+            RunPlan(runs=1),
+            inputs=programs["fp32"].inputs,
+            prefix=stall,
+            timeout_s=0.5,
+        )
+
+
+def test_bad_plan() -> None:
+    with pytest.raises(ConfigError, match="runs must be >= 1"):
+        RunPlan(runs=0)
