@@ -1,12 +1,48 @@
 """ETDump bytes → Trace (runs → events). No torch, no executorch import.
 
-(Types only so far; the reader is being written.)
+An ETDump is a size-prefixed flatbuffer with file identifier ``ED00`` written by ExecuTorch's
+``ETDumpGen`` (schema ``executorch/devtools/etdump/etdump_schema_flatcc.fbs``, executorch 1.5.1).
+What this reader relies on, checked against ``devtools/etdump/etdump_flatcc.cpp``,
+``runtime/executor/method.cpp``, ``program.cpp`` and ``backends/xnnpack/runtime/profiling/
+XNNProfiler.cpp``:
+
+- Every ``Method::execute`` opens a new ``RunData`` block named "Execute"; ``Program::load_method``
+  opens one named "Default" (``Method::init`` is logged inside it). One run = one block holding
+  a ``Method::execute``.
+- Events are appended when they *end*, so a block is a post-order walk of the call tree: an
+  event's children are the still-unparented events logged before it that started after it.
+- Delegate events carry their name in ``delegate_debug_id_str`` (``name`` is empty), or only an
+  integer ``delegate_debug_id_int`` (named ``delegate#<id>`` here; Inspector names it ``"<id>"``,
+  which reads like a number in a report). XNNPACK logs its operators once the delegate call is over,
+  with durations converted from its microsecond timer to ticks and start times laid back to
+  back from the call's start: durations are real, start offsets are synthetic, and the events
+  are leaves of the ``DELEGATE_CALL`` during which they were logged.
+- Ticks are nanoseconds with the stock POSIX/Android/macOS platform layer (1:1 tick/ns
+  multiplier), which is also what ``Inspector`` assumes by default (``source_time_scale=NS``,
+  and its default ``delegate_time_scale_converter`` applies the same factor to delegate
+  events). So ``Method::execute`` durations here equal Inspector's, scaled to ms.
+
+Why a hand-written reader: the flatc-generated Python reader (generic ``flatbuffers`` Table
+accessors) took 12 s on a 568 k-event ViT trace, Inspector 28.7 s and 1.2 GB; a direct
+``struct.unpack_from`` walk took 2.1 s. This module is that walk, with one compiled ``struct``
+per vtable (``ETDumpGen`` reuses a handful of vtables for all events) and repeated names decoded
+once. Measured on a 190 k-event ViT trace (14 MB, 2 loaded cores): 0.6 s and 65 MB RSS for the
+whole process, against Inspector's 9 s import + 20 s construction and 650 MB.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
+from typing import Any
+
+from pytest_sme2.errors import TraceError
+
+FILE_IDENTIFIER = b"ED00"
+EXECUTE = "Method::execute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +88,260 @@ class Trace:
     path: Path | None
     runs: tuple[Run, ...]
     setup_events: tuple[Event, ...]
+
+
+def read_etdump(path: Path | str) -> Trace:
+    """Read and parse the ETDump file at ``path``; any problem is a one-line ``TraceError``."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not an ETDump file") from None
+    except OSError as err:
+        raise TraceError(path, f"cannot be read ({err.strerror or err})") from None
+    return parse_etdump(data, path)
+
+
+def parse_etdump(data: bytes, path: Path | None = None) -> Trace:
+    """Parse ETDump bytes into runs of nested events (``path`` only labels errors and the Trace)."""
+    where = path if path is not None else "<etdump bytes>"
+    return _build_trace(_checked(_read_blocks(bytes(data), where), where), path, where)
+
+
+def _checked(blocks: Iterator[list[_RawEvent]], where: Path | str) -> Iterator[list[_RawEvent]]:
+    """``blocks``, with a read past the buffer turned into a one-line ``TraceError``.
+
+    Only a corrupt buffer gets there (an offset or length that points outside the data): every
+    field read is bounds-checked, by ``struct`` or by the explicit length checks.
+    """
+    try:
+        yield from blocks
+    except (struct.error, IndexError, ValueError, OverflowError, MemoryError):
+        raise TraceError(
+            where, "corrupt ETDump: an offset or length points outside the file"
+        ) from None
+
+
+# A raw event as read from the buffer, in the order ETDumpGen appended it (its end order):
+# (name, start, end, delegated, delegate_debug_id, instruction_id).
+_RawEvent = tuple[str, int, int, bool, str | None, int]
+
+_U32 = struct.Struct("<I").unpack_from
+_I32 = struct.Struct("<i").unpack_from
+_U16 = struct.Struct("<H").unpack_from
+
+# Fields we read, as (slot in the .fbs declaration order, struct code); "I" is a uoffset to a
+# string/vector/table. Slots from etdump_schema_flatcc.fbs (executorch 1.5.1).
+_ETDUMP_FIELDS = ((1, "I"),)  # run_data
+_RUNDATA_FIELDS = ((3, "I"),)  # events
+_EVENT_FIELDS = ((0, "I"),)  # profile_event (allocation_event, debug_event are skipped)
+# ProfileEvent: name, instruction_id, delegate_debug_id_int, delegate_debug_id_str, start_time,
+# end_time (chain_index and delegate_debug_metadata are not read).
+_PROFILE_FIELDS = ((0, "I"), (2, "i"), (3, "i"), (4, "I"), (6, "Q"), (7, "Q"))
+_PROFILE_DEFAULTS = (0, -1, -1, 0, 0, 0)
+
+# A table reader compiled for one vtable: ``pick(unpack(data, table) + defaults)`` gives the
+# wanted fields in the order asked for (one struct call for all present fields; absent fields
+# pick their default), and ``offsets`` says where each field sits in the table, to resolve
+# uoffsets (which are relative to the field's own position).
+_Reader = tuple[
+    Callable[[bytes, int], tuple[int, ...]], Callable[[tuple[int, ...]], Any], tuple[int, ...]
+]
+
+
+def _root_table(data: bytes, where: Path | str) -> int:
+    """Position of the root ETDump table; accepts size-prefixed (what ETDumpGen writes) or not."""
+    size = len(data)
+    if size == 0:
+        raise TraceError(where, "empty file (0 bytes), not an ETDump")
+    if size < 12:
+        raise TraceError(where, f"truncated: {size} bytes is too short for an ETDump header")
+    if data[8:12] == FILE_IDENTIFIER:
+        (declared,) = _U32(data, 0)
+        if declared + 4 > size:
+            raise TraceError(where, f"truncated: header says {declared + 4} bytes, file has {size}")
+        base = 4
+    elif data[4:8] == FILE_IDENTIFIER:
+        base = 0
+    else:
+        raise TraceError(
+            where, f"not an ETDump: file identifier {data[8:12]!r}, expected {FILE_IDENTIFIER!r}"
+        )
+    return base + _U32(data, base)[0]
+
+
+def _reader(
+    data: bytes, table: int, fields: tuple[tuple[int, str], ...], cache: dict[int, _Reader]
+) -> _Reader:
+    """The reader for ``table``'s vtable (compiled once per distinct vtable, then cached)."""
+    vtable = table - _I32(data, table)[0]
+    reader = cache.get(vtable)
+    if reader is None:
+        if vtable < 0:
+            raise ValueError("vtable before start of buffer")
+        (vt_size,) = _U16(data, vtable)
+        slots = struct.unpack_from(f"<{max(0, (vt_size - 4) // 2)}H", data, vtable + 4)
+        present = sorted(
+            (slots[slot], code, want)
+            for want, (slot, code) in enumerate(fields)
+            if slot < len(slots) and slots[slot]
+        )
+        # An absent field picks the default that callers append after the unpacked values.
+        index = [len(present) + want for want in range(len(fields))]
+        fmt, pos, offsets = "<", 0, [0] * len(fields)
+        for i, (offset, code, want) in enumerate(present):
+            fmt += f"{offset - pos}x{code}" if offset > pos else code
+            pos = offset + struct.calcsize(code)
+            index[want], offsets[want] = i, offset
+        pick = itemgetter(*index)
+        reader = cache[vtable] = (struct.Struct(fmt).unpack_from, pick, tuple(offsets))
+    return reader
+
+
+def _vector(
+    data: bytes, table: int, fields: tuple[tuple[int, str], ...], cache: dict[int, _Reader]
+) -> range:
+    """Positions of the uoffset slots of ``table``'s (only wanted) vector field; empty if absent."""
+    unpack, pick, (offset,) = _reader(data, table, fields, cache)
+    ref = pick((*unpack(data, table), 0))
+    if not ref:
+        return range(0)
+    pos = table + offset + ref
+    (length,) = _U32(data, pos)
+    if pos + 4 + 4 * length > len(data):
+        raise ValueError("vector runs past end of buffer")
+    return range(pos + 4, pos + 4 + 4 * length, 4)
+
+
+def _text(data: bytes, pos: int, names: dict[bytes, str]) -> str:
+    """The flatbuffer string at ``pos``; equal names share one ``str`` (decoded once)."""
+    (length,) = _U32(data, pos)
+    if pos + 4 + length > len(data):
+        raise ValueError("string runs past end of buffer")
+    raw = data[pos + 4 : pos + 4 + length]
+    text = names.get(raw)
+    if text is None:
+        text = names[raw] = raw.decode("utf-8", "replace")
+    return text
+
+
+def _read_blocks(data: bytes, where: Path | str) -> Iterator[list[_RawEvent]]:
+    """Each RunData block's profile events, in append order (allocation/debug events skipped).
+
+    A generator, so a block's raw tuples are dropped once its events are built (half the peak
+    memory). The hot loop is written out by hand (no per-field helpers): it runs per event.
+    """
+    root = _root_table(data, where)
+    cache: dict[int, _Reader] = {}
+    event_cache: dict[int, _Reader] = {}
+    profile_cache: dict[int, _Reader] = {}
+    names: dict[bytes, str] = {}
+    u32, i32 = _U32, _I32
+    for run_slot in _vector(data, root, _ETDUMP_FIELDS, cache):
+        run = run_slot + u32(data, run_slot)[0]
+        events: list[_RawEvent] = []
+        for slot in _vector(data, run, _RUNDATA_FIELDS, cache):
+            event = slot + u32(data, slot)[0]
+            vtable = event - i32(data, event)[0]
+            unpack, pick, (offset,) = event_cache.get(vtable) or _reader(
+                data, event, _EVENT_FIELDS, event_cache
+            )
+            ref = pick((*unpack(data, event), 0))
+            if not ref:
+                continue  # an allocation or debug event: not timing
+            pe = event + offset + ref
+            vtable = pe - i32(data, pe)[0]
+            unpack, pick, offsets = profile_cache.get(vtable) or _reader(
+                data, pe, _PROFILE_FIELDS, profile_cache
+            )
+            name_ref, instruction, id_int, id_ref, start, end = pick(
+                unpack(data, pe) + _PROFILE_DEFAULTS
+            )
+            name = _text(data, pe + offsets[0] + name_ref, names) if name_ref else ""
+            id_str = _text(data, pe + offsets[3] + id_ref, names) if id_ref else ""
+            if id_int != -1:
+                events.append(
+                    (name or f"delegate#{id_int}", start, end, True, str(id_int), instruction)
+                )
+            elif id_str:
+                events.append((name or id_str, start, end, True, id_str, instruction))
+            else:
+                events.append((name or "<unnamed>", start, end, False, None, instruction))
+        yield events
+
+
+def _build_trace(blocks: Iterable[list[_RawEvent]], path: Path | None, where: Path | str) -> Trace:
+    """Nest each block's events, cut runs at ``Method::execute`` and collect the rest as setup."""
+    runs: list[Run] = []
+    setup: list[Event] = []
+    seen_block = False
+    for raw in blocks:
+        seen_block = True
+        children, roots = _nest(raw, where)
+        executes = [r for r in roots if raw[r][0] == EXECUTE and not raw[r][3]]
+        if executes:
+            events: list[Event] = []
+            for root in executes:
+                _flatten(raw, children, root, events)
+            e2e = sum(raw[r][2] - raw[r][1] for r in executes)
+            runs.append(Run(index=len(runs), e2e_ns=e2e, events=tuple(events)))
+        for root in roots:
+            if root not in executes:
+                _flatten(raw, children, root, setup)
+    if not seen_block:
+        raise TraceError(where, "ETDump has no run data blocks (the program never ran)")
+    if not runs:
+        raise TraceError(where, f"no {EXECUTE} event: the method was loaded but never executed")
+    return Trace(path=path, runs=tuple(runs), setup_events=tuple(setup))
+
+
+def _nest(raw: list[_RawEvent], where: Path | str) -> tuple[dict[int, list[int]], list[int]]:
+    """Children of every event that has some, and the block's top-level events.
+
+    Events come in post-order (appended at their end): an event adopts the pending (not yet
+    parented) events logged just before it that started no earlier than it did. A non-delegated
+    child must also end by its parent's end; a delegated one need not (its times are
+    synthetic), and a delegated event never adopts children.
+    """
+    children: dict[int, list[int]] = {}
+    pending: list[int] = []
+    for i, (name, start, end, delegated, _, _) in enumerate(raw):
+        if end < start:
+            raise TraceError(where, f"corrupt ETDump: event {name[:80]!r} ends before it starts")
+        if not delegated and pending:
+            kids: list[int] = []
+            while pending:
+                top = raw[pending[-1]]
+                if top[1] < start or (not top[3] and top[2] > end):
+                    break
+                kids.append(pending.pop())
+            if kids:
+                kids.reverse()
+                children[i] = kids
+        pending.append(i)
+    return children, pending
+
+
+def _flatten(
+    raw: list[_RawEvent], children: dict[int, list[int]], root: int, out: list[Event]
+) -> None:
+    """Append ``root``'s subtree to ``out`` in pre-order (parents first), filling parent/depth.
+
+    ``out[len_before]`` is ``root`` with parent -1. Iterative, so a corrupt file with absurd
+    nesting cannot hit the recursion limit.
+    """
+    name, start, end, delegated, debug_id, instruction = raw[root]
+    out.append(Event(name, start, end, -1, 0, delegated, debug_id, instruction))
+    stack = [(iter(children.get(root, ())), len(out) - 1, 1)]
+    while stack:
+        kids, parent, depth = stack[-1]
+        for kid in kids:
+            name, start, end, delegated, debug_id, instruction = raw[kid]
+            out.append(Event(name, start, end, parent, depth, delegated, debug_id, instruction))
+            if kid in children:
+                stack.append((iter(children[kid]), len(out) - 1, depth + 1))
+                break
+        else:
+            stack.pop()
