@@ -1,0 +1,208 @@
+"""Trace → Profile, and a pair of variants → Comparison. Pure functions over data.
+
+Two rules the reference workflow got wrong are enforced here:
+
+* E2E latency of a run is its ``Method::execute`` duration, never a sum of rows — events nest
+  (``Method::execute`` ⊃ ``DELEGATE_CALL`` ⊃ XNNPACK ops;
+  ``OPERATOR_CALL`` ⊃ ``native_call_*``), so a
+  sum counts the same time three or four times.
+* Only leaf events (XNNPACK operators and ``native_call_*`` kernels) are classified, and **Other is
+  the residual**: E2E − (Convolution + GEMM + Data Movement + Elementwise). The five categories
+  therefore add up to E2E exactly; delegate-call overhead and operator dispatch land in Other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pytest_sme2.categories import CATEGORIES, Classifier
+from pytest_sme2.errors import TraceError
+from pytest_sme2.ops import parse_op_name
+from pytest_sme2.stats import LatencyStats, Ratio, median_ratio
+from pytest_sme2.trace import Trace
+
+OTHER = "Other"
+NAMED_CATEGORIES = tuple(c for c in CATEGORIES if c != OTHER)
+DELEGATE_CALL = "DELEGATE_CALL"
+OPERATOR_CALL = "OPERATOR_CALL"
+
+
+@dataclass(frozen=True)
+class OperatorStat:
+    """One operator kind (event name without ``#n``) over the kept runs of a trace."""
+
+    name: str
+    category: str
+    subcategory: str
+    count: int
+    total_ms: float
+    mean_ms: float
+    per_run_ms: float
+    share: float
+    delegated: bool
+    packed: bool
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one variant's traced runs show: E2E per run, where the time went, by operator.
+
+    ``categories_ms`` and ``subcategories_ms`` are mean milliseconds per run; the five categories
+    sum to ``latency.mean_ms``. ``operators`` is sorted by total time, largest first.
+    """
+
+    e2e_ms: tuple[float, ...]
+    warmup: int
+    latency: LatencyStats
+    categories_ms: Mapping[str, float]
+    subcategories_ms: Mapping[str, float]
+    operators: tuple[OperatorStat, ...]
+    delegated_ms: float
+    non_delegated_ms: float
+
+    @property
+    def runs(self) -> int:
+        return len(self.e2e_ms)
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """Each category's share of mean E2E, as a fraction (0–1)."""
+        mean = self.latency.mean_ms
+        return {c: (v / mean if mean else 0.0) for c, v in self.categories_ms.items()}
+
+    @property
+    def packed_operators(self) -> tuple[str, ...]:
+        """Operator kinds whose datatype is a packed SME type (PF32, PF16, PQS8, …)."""
+        return tuple(sorted(op.name for op in self.operators if op.packed))
+
+    def top_operators(self, n: int = 10) -> tuple[OperatorStat, ...]:
+        return self.operators[:n]
+
+
+def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = None) -> Profile:
+    """Summarise ``trace`` dropping its first ``warmup`` runs (cold: allocation, weight packing)."""
+    classifier = classifier or Classifier()
+    kept = trace.runs[warmup:]
+    if not kept:
+        raise TraceError(
+            trace.path or "<etdump>",
+            f"has {len(trace.runs)} run(s); nothing left after dropping {warmup} warm-up run(s)",
+        )
+    n = len(kept)
+    named_ms = dict.fromkeys(NAMED_CATEGORIES, 0.0)
+    sub_ms: dict[str, float] = {}
+    ops: dict[str, list] = {}  # key -> [count, total_ms, delegated, category, sub, packed]
+    delegated_ms = non_delegated_ms = 0.0
+    for run in kept:
+        for event in run.events:
+            name = event.name
+            ms = event.duration_ms
+            if name == DELEGATE_CALL:
+                delegated_ms += ms
+            elif name == OPERATOR_CALL:
+                non_delegated_ms += ms
+            if not classifier.is_leaf(name):
+                continue
+            parsed = parse_op_name(name)
+            entry = ops.get(parsed.key)
+            if entry is None:
+                category = classifier.classify(name)
+                sub = classifier.subcategory(name)
+                entry = ops[parsed.key] = [0, 0.0, event.delegated, category, sub, parsed.packed]
+            entry[0] += 1
+            entry[1] += ms
+    e2e = tuple(run.e2e_ms for run in kept)
+    mean_e2e = sum(e2e) / n
+    operators = []
+    for key, (count, total, delegated, category, sub, packed) in ops.items():
+        if category != OTHER:
+            named_ms[category] += total / n
+        sub_key = f"{category}/{sub}"
+        sub_ms[sub_key] = sub_ms.get(sub_key, 0.0) + total / n
+        operators.append(
+            OperatorStat(
+                name=key,
+                category=category,
+                subcategory=sub,
+                count=count,
+                total_ms=total,
+                mean_ms=total / count,
+                per_run_ms=total / n,
+                share=(total / n) / mean_e2e if mean_e2e else 0.0,
+                delegated=delegated,
+                packed=packed,
+            )
+        )
+    operators.sort(key=lambda op: (-op.total_ms, op.name))
+    categories = {c: named_ms.get(c, 0.0) for c in NAMED_CATEGORIES}
+    categories[OTHER] = mean_e2e - sum(categories.values())
+    return Profile(
+        e2e_ms=e2e,
+        warmup=warmup,
+        latency=LatencyStats.of(e2e),
+        categories_ms={c: categories[c] for c in CATEGORIES},
+        subcategories_ms=dict(sorted(sub_ms.items())),
+        operators=tuple(operators),
+        delegated_ms=delegated_ms / n,
+        non_delegated_ms=non_delegated_ms / n,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """SME2-off vs SME2-on for one model × dtype on one device.
+
+    ``speedup`` is median(off) / median(on) of the *timing-only* runs (tracing costs 3–10 %), with
+    a bootstrap CI paired by round when the runs were interleaved. Category and operator speedups
+    come from the traced runs' ``Profile``s.
+    """
+
+    on: Profile
+    off: Profile
+    on_latencies_ms: tuple[float, ...]
+    off_latencies_ms: tuple[float, ...]
+    speedup: Ratio
+
+    @property
+    def category_speedups(self) -> dict[str, float | None]:
+        """off ÷ on mean time per category; None where SME2-on spends no time in it."""
+        return {
+            c: (self.off.categories_ms[c] / on_ms if on_ms > 0 else None)
+            for c, on_ms in self.on.categories_ms.items()
+        }
+
+    @property
+    def operator_speedups(self) -> dict[str, float | None]:
+        """off ÷ on per-run time per operator kind present in both variants, keyed by the SME2-off
+        name. Kinds are matched on ``OpName.unpacked_key``: SME2-on renames ``F32`` to ``PF32``,
+        and those renamed operators are exactly the ones SME2 speeds up."""
+        on: dict[str, float] = {}
+        for op in self.on.operators:
+            key = parse_op_name(op.name).unpacked_key
+            on[key] = on.get(key, 0.0) + op.per_run_ms
+        speedups: dict[str, float | None] = {}
+        for op in self.off.operators:
+            on_ms = on.get(parse_op_name(op.name).unpacked_key)
+            if on_ms is not None:
+                speedups[op.name] = op.per_run_ms / on_ms if on_ms > 0 else None
+        return speedups
+
+
+def compare(
+    on: Profile,
+    off: Profile,
+    *,
+    on_latencies_ms: Sequence[float],
+    off_latencies_ms: Sequence[float],
+    interleaved: bool,
+) -> Comparison:
+    """Pair two variants' profiles with their timing-only latencies into a Comparison."""
+    paired = interleaved and len(on_latencies_ms) == len(off_latencies_ms)
+    return Comparison(
+        on=on,
+        off=off,
+        on_latencies_ms=tuple(on_latencies_ms),
+        off_latencies_ms=tuple(off_latencies_ms),
+        speedup=median_ratio(off_latencies_ms, on_latencies_ms, paired=paired),
+    )

@@ -1,0 +1,191 @@
+"""``sme2``: analyse ETDumps made anywhere (our runner, ExecuTorch's executor_runner, the bindings).
+
+``analyze`` prints one trace's profile; ``report`` and ``compare`` build pytest-sme2's reports
+(report.md, the reference workflow's CSV/JSON, charts, Perfetto traces) from a run directory or
+a pair of traces. They import pandas and matplotlib only when they run: ``analyze`` stays fast.
+
+Every user-caused problem (missing file, not an ETDump, bad option) ends as one ``error:`` line and
+exit status 2; a traceback means a bug in pytest-sme2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_sme2.analysis import Profile, profile
+from pytest_sme2.categories import CATEGORIES
+from pytest_sme2.errors import Sme2Error
+from pytest_sme2.trace import read_etdump
+
+
+def profile_to_json(prof: Profile) -> dict:
+    """The ``--json`` document: stable keys other tools can rely on."""
+    return {
+        "runs": prof.runs,
+        "warmup": prof.warmup,
+        "e2e_ms": list(prof.e2e_ms),
+        "latency": vars(prof.latency),
+        "categories_ms": dict(prof.categories_ms),
+        "shares": prof.shares,
+        "subcategories_ms": dict(prof.subcategories_ms),
+        "delegated_ms": prof.delegated_ms,
+        "non_delegated_ms": prof.non_delegated_ms,
+        "operators": [
+            {
+                "name": op.name,
+                "category": op.category,
+                "subcategory": op.subcategory,
+                "count": op.count,
+                "total_ms": op.total_ms,
+                "mean_ms": op.mean_ms,
+                "per_run_ms": op.per_run_ms,
+                "share": op.share,
+                "delegated": op.delegated,
+                "packed": op.packed,
+            }
+            for op in prof.operators
+        ],
+    }
+
+
+def format_profile(prof: Profile, *, top: int, title: str) -> str:
+    """Human-readable E2E statistics, category table and top operators."""
+    import pandas as pd  # deferred: only the text output needs tables
+
+    lat = prof.latency
+    lines = [
+        f"{title}: {prof.runs} run(s) analysed, {prof.warmup} warm-up run(s) dropped",
+        f"E2E ms: median {lat.median_ms:.3f}  mean {lat.mean_ms:.3f}  min {lat.min_ms:.3f}  "
+        f"max {lat.max_ms:.3f}  std {lat.std_ms:.3f}  p95 {lat.p95_ms:.3f}",
+        f"delegated {prof.delegated_ms:.3f} ms/run, "
+        f"non-delegated {prof.non_delegated_ms:.3f} ms/run",
+        "",
+    ]
+    shares = prof.shares
+    categories = pd.DataFrame(
+        {
+            "ms/run": [prof.categories_ms[c] for c in CATEGORIES],
+            "share %": [100 * shares[c] for c in CATEGORIES],
+        },
+        index=pd.Index(CATEGORIES, name="category"),
+    )
+    lines += [categories.to_string(float_format=lambda v: f"{v:.3f}"), ""]
+    ops = pd.DataFrame(
+        [
+            {
+                "operator": op.name,
+                "category": op.category,
+                "count": op.count,
+                "ms/run": op.per_run_ms,
+                "share %": 100 * op.share,
+                "delegated": "yes" if op.delegated else "no",
+            }
+            for op in prof.top_operators(top)
+        ]
+    )
+    if not ops.empty:
+        lines += [
+            f"top {len(ops)} operators by share of E2E:",
+            ops.to_string(index=False, float_format=lambda v: f"{v:.3f}"),
+        ]
+    return "\n".join(lines)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    trace = read_etdump(args.etdump)
+    prof = profile(trace, warmup=args.warmup)
+    if args.json:
+        json.dump(profile_to_json(prof), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_profile(prof, top=args.top, title=str(args.etdump)))
+    return 0
+
+
+#: Warm-up runs dropped from traces made elsewhere by ``report``/``compare``: the first run is cold.
+REPORT_WARMUP = 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pytest_sme2.report.rundir import report_run_dir
+
+    out = args.out or args.run_dir / "sme2-report"
+    sys.stdout.write(report_run_dir(args.run_dir, out, warmup=args.warmup))
+    print(f"sme2: wrote {out / 'report.md'} and per-test artifacts under {out}", file=sys.stderr)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pytest_sme2.report.rundir import compare_etdumps
+
+    sys.stdout.write(compare_etdumps(args.off, args.on, warmup=args.warmup, out=args.out))
+    if args.out:
+        print(f"sme2: wrote {args.out / 'report.md'} and the artifacts", file=sys.stderr)
+    return 0
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sme2", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    analyze = sub.add_parser("analyze", help="E2E statistics, categories and top operators")
+    analyze.add_argument("etdump", type=Path, help="an ETDump file (.etdump / .etdp)")
+    analyze.add_argument(
+        "--etrecord", type=Path, help="the model's ETRecord (accepted for compatibility)"
+    )
+    analyze.add_argument(
+        "--warmup", type=_non_negative, default=0, help="drop the first N runs (default 0)"
+    )
+    analyze.add_argument("--top", type=_non_negative, default=10, help="operators to list")
+    analyze.add_argument("--json", action="store_true", help="print one JSON object")
+    analyze.set_defaults(handler=_analyze)
+
+    warmup_help = (
+        f"drop the first N runs of each trace made elsewhere (default {REPORT_WARMUP}: the cold "
+        "run; one run is always kept; pytest-sme2 manifests keep their own warm-up)"
+    )
+    report = sub.add_parser(
+        "report",
+        help="report.md, CSV/JSON artifacts, charts and Perfetto traces for a run directory",
+        description="Build pytest-sme2's reports from a pytest-sme2 artifact directory or from "
+        "ETDumps made anywhere, paired SME2-off/on by the sme2_off/sme2_on in their paths. "
+        "Prints the session report.md.",
+    )
+    report.add_argument("run_dir", type=Path, help="directory searched for ETDumps and manifests")
+    report.add_argument("--out", type=Path, help="output directory (default: RUN_DIR/sme2-report)")
+    report.add_argument("--warmup", type=_non_negative, default=REPORT_WARMUP, help=warmup_help)
+    report.set_defaults(handler=_report)
+    compare = sub.add_parser(
+        "compare",
+        help="report of an SME2-off against an SME2-on ETDump (speedup = OFF ÷ ON)",
+        description="Print the report.md of OFF (reference) against ON (candidate).",
+    )
+    compare.add_argument("off", type=Path, help="ETDump of the reference (SME2-off) run")
+    compare.add_argument("on", type=Path, help="ETDump of the candidate (SME2-on) run")
+    compare.add_argument("--out", type=Path, help="also write every artifact into this directory")
+    compare.add_argument("--warmup", type=_non_negative, default=REPORT_WARMUP, help=warmup_help)
+    compare.set_defaults(handler=_compare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except Sme2Error as err:
+        print(f"sme2: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
