@@ -1,0 +1,264 @@
+"""Stored expectations per device: ``baselines/<device>/<model>-<dtype>[-t<threads>].json``.
+
+The JSON is for people first: sorted keys, two-space indent, floats rounded to 4 significant
+digits, one file per model × dtype. Updating keeps every value that is still within tolerance, so
+``git diff baselines/`` shows what really moved, and reports each change it makes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_sme2.cache import write_atomic
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.measure import Measurement, VariantMeasurement
+from pytest_sme2.stats import LatencyStats
+
+SCHEMA_VERSION = 1
+
+
+def stable(value: float) -> float:
+    """Round to 4 significant digits: enough to judge, few enough digits to diff by eye."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return float(f"{value:.4g}")
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far a measurement may move from its baseline before a gate fails."""
+
+    share_points: float = 5.0
+    latency_percent: float = 10.0
+    speedup_percent: float = 10.0
+
+
+@dataclass(frozen=True)
+class LatencyBaseline:
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    std_ms: float
+    samples_ms: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class VariantBaseline:
+    """One variant's stored latency, category shares (fractions) and operator structure."""
+
+    latency: LatencyBaseline
+    shares: Mapping[str, float]
+    operators: Mapping[str, float]  # operator kind → occurrences per run
+    packed_operators: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SpeedupBaseline:
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Baseline:
+    model: str
+    dtype: str
+    device: str
+    threads: int
+    fingerprint: Mapping[str, str]
+    variants: Mapping[str, VariantBaseline]
+    speedup: SpeedupBaseline | None
+    tolerances: Tolerances = field(default_factory=Tolerances)
+
+
+def baseline_path(directory: Path, device: str, model: str, dtype: str, threads: int) -> Path:
+    suffix = "" if threads == 1 else f"-t{threads}"
+    return directory / device / f"{model}-{dtype}{suffix}.json"
+
+
+def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
+    prof = vm.profile
+    samples = vm.latencies_ms
+    lat = LatencyStats.of(samples)
+    return VariantBaseline(
+        latency=LatencyBaseline(
+            median_ms=stable(lat.median_ms),
+            mean_ms=stable(lat.mean_ms),
+            min_ms=stable(lat.min_ms),
+            max_ms=stable(lat.max_ms),
+            std_ms=stable(lat.std_ms),
+            samples_ms=tuple(stable(s) for s in samples),
+        ),
+        shares={c: stable(s) for c, s in prof.shares.items()},
+        operators={op.name: stable(op.count / prof.runs) for op in prof.operators},
+        packed_operators=prof.packed_operators,
+    )
+
+
+def from_measurement(m: Measurement, tolerances: Tolerances) -> Baseline:
+    """The baseline a measurement would store."""
+    comparison = m.comparison
+    speedup = None
+    if comparison is not None and m.device.time_meaningful:
+        s = comparison.speedup
+        speedup = SpeedupBaseline(stable(s.value), stable(s.low), stable(s.high))
+    return Baseline(
+        model=m.model,
+        dtype=m.dtype,
+        device=m.device.name,
+        threads=m.threads,
+        fingerprint=dict(m.device.fingerprint),
+        variants={str(v): _variant_baseline(vm) for v, vm in m.variants.items()},
+        speedup=speedup,
+        tolerances=tolerances,
+    )
+
+
+def to_json(b: Baseline) -> str:
+    doc = {"schema_version": SCHEMA_VERSION, **asdict(b)}
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _require(doc: Mapping[str, Any], key: str, path: Path) -> Any:
+    if key not in doc:
+        raise ConfigError(
+            f"{path}: baseline has no {key!r}; regenerate it with --sme2-update-baselines"
+        )
+    return doc[key]
+
+
+def load(path: Path) -> Baseline | None:
+    """The baseline at ``path``, None if there is none; a clear error if it is unreadable."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"{path}: not valid JSON ({err.msg} at line {err.lineno}); fix or delete it"
+        ) from None
+    try:
+        version = _require(doc, "schema_version", path)
+        if version != SCHEMA_VERSION:
+            raise ConfigError(
+                f"{path}: baseline schema {version}, this pytest-sme2 reads {SCHEMA_VERSION}; "
+                "regenerate it with --sme2-update-baselines"
+            )
+        variants = {}
+        for name, v in _require(doc, "variants", path).items():
+            lat = _require(v, "latency", path)
+            variants[name] = VariantBaseline(
+                latency=LatencyBaseline(**{**lat, "samples_ms": tuple(lat["samples_ms"])}),
+                shares=dict(_require(v, "shares", path)),
+                operators=dict(_require(v, "operators", path)),
+                packed_operators=tuple(_require(v, "packed_operators", path)),
+            )
+        speedup = doc.get("speedup")
+        return Baseline(
+            model=_require(doc, "model", path),
+            dtype=_require(doc, "dtype", path),
+            device=_require(doc, "device", path),
+            threads=int(_require(doc, "threads", path)),
+            fingerprint=dict(_require(doc, "fingerprint", path)),
+            variants=variants,
+            speedup=SpeedupBaseline(**speedup) if speedup else None,
+            tolerances=Tolerances(**_require(doc, "tolerances", path)),
+        )
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        raise ConfigError(
+            f"{path}: baseline does not have the expected shape ({err}); "
+            "regenerate it with --sme2-update-baselines"
+        ) from None
+
+
+def save(path: Path, b: Baseline) -> None:
+    """Write atomically: an interrupted run never leaves a half-written baseline."""
+    write_atomic(path, to_json(b))
+
+
+def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baseline, tuple[str, ...]]:
+    """``new``, keeping every value still within tolerance ``tol`` of ``old``; and the changes.
+
+    Structure (operator counts, packed operators) and the fingerprint are compared exactly; shares
+    by ``share_points``; latency by ``latency_percent`` on the median; speedup by
+    ``speedup_percent``. Returns the baseline to store and one line per change.
+    """
+    if old is None:
+        return new, ("new baseline",)
+    changes: list[str] = []
+    if dict(old.fingerprint) != dict(new.fingerprint):
+        moved = sorted(
+            k
+            for k in {*old.fingerprint, *new.fingerprint}
+            if old.fingerprint.get(k) != new.fingerprint.get(k)
+        )
+        changes += [
+            f"fingerprint {k}: {old.fingerprint.get(k)!r} → {new.fingerprint.get(k)!r}"
+            for k in moved
+        ]
+    variants: dict[str, VariantBaseline] = {}
+    for name, nv in new.variants.items():
+        ov = old.variants.get(name)
+        if ov is None:
+            changes.append(f"{name}: new variant")
+            variants[name] = nv
+            continue
+        latency = ov.latency
+        if abs(nv.latency.median_ms / ov.latency.median_ms - 1) * 100 > tol.latency_percent:
+            changes.append(
+                f"{name} median latency {ov.latency.median_ms} → {nv.latency.median_ms} ms"
+            )
+            latency = nv.latency
+        shares = dict(ov.shares)
+        for cat, share in nv.shares.items():
+            if abs(share - ov.shares.get(cat, 0.0)) * 100 > tol.share_points:
+                changes.append(
+                    f"{name} {cat} share {100 * ov.shares.get(cat, 0.0):.1f}% → {100 * share:.1f}%"
+                )
+                shares[cat] = share
+        if dict(ov.operators) != dict(nv.operators):
+            changes += [f"{name} {line}" for line in operator_diff(ov.operators, nv.operators)]
+        if ov.packed_operators != nv.packed_operators:
+            changes.append(
+                f"{name} packed operators {list(ov.packed_operators)} → {list(nv.packed_operators)}"
+            )
+        variants[name] = replace(nv, latency=latency, shares=shares)
+    changes += [
+        f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
+    ]
+    speedup = old.speedup
+    if new.speedup is None or old.speedup is None:
+        if new.speedup != old.speedup:
+            changes.append(
+                f"speedup {old.speedup and old.speedup.value} → {new.speedup and new.speedup.value}"
+            )
+        speedup = new.speedup
+    elif abs(new.speedup.value / old.speedup.value - 1) * 100 > tol.speedup_percent:
+        changes.append(f"speedup {old.speedup.value}× → {new.speedup.value}×")
+        speedup = new.speedup
+    merged = replace(new, variants=variants, speedup=speedup, tolerances=tol)
+    return merged, tuple(changes)
+
+
+def operator_diff(old: Mapping[str, float], new: Mapping[str, float]) -> list[str]:
+    """Compact lines: ``+ name ×n/run``, ``− name ×n/run``, ``name ×a → ×b/run``."""
+    lines = []
+    for name in sorted({*old, *new}):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if a is None:
+            lines.append(f"+ {name} ×{b:g}/run")
+        elif b is None:
+            lines.append(f"− {name} ×{a:g}/run")
+        else:
+            lines.append(f"{name} ×{a:g} → ×{b:g}/run")
+    return lines

@@ -1,0 +1,87 @@
+"""The one interface every device implements, and what a device says about itself.
+
+A device knows how to make the runner available where models run (``prepare``), how to run one
+variant of an exported model (``run``), and what it can prove (``info``): whether it has SME2,
+whether it can switch SME2 off, whether its wall-clock time means anything. The plugin asks, and
+skips with the device's own reason whatever the device cannot measure.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pytest_sme2.runner.invoke import RunPlan, RunResult
+
+
+class Variant(enum.StrEnum):
+    """The two ways a model runs: with SME2 kernels available to XNNPACK, and without."""
+
+    ON = "sme2-on"
+    OFF = "sme2-off"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device is (fingerprint) and what it can prove.
+
+    ``variants`` are the variants it can run, SME2-on first. A device without SME2 runs only
+    SME2-off; ``limits`` maps a gate family ("speedup", "sme2", "latency") to the reason the device
+    cannot measure it, which becomes the skip reason.
+    """
+
+    name: str
+    fingerprint: Mapping[str, str]
+    has_sme2: bool
+    variants: tuple[Variant, ...]
+    time_meaningful: bool
+    limits: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def can_compare(self) -> bool:
+        return Variant.ON in self.variants and Variant.OFF in self.variants
+
+
+OptionGetter = Callable[[str], Any]
+
+
+class Device(ABC):
+    """Base class of devices. Subclasses are registered in ``pytest_sme2.devices.registry``."""
+
+    #: The value of ``--sme2-device`` selecting this device, and its baseline directory name.
+    name: ClassVar[str]
+
+    @classmethod  # noqa: B027  (optional hook: a no-op default on purpose)
+    def add_options(cls, add: Callable[..., None]) -> None:
+        """Register device-specific ``--sme2-*`` options: ``add(flag, help=..., ...)``.
+
+        Most devices need none, hence a no-op default rather than an abstract method.
+        """
+
+    @classmethod
+    @abstractmethod
+    def from_options(cls, get: OptionGetter) -> Device:
+        """Build the device from option values (``get("sme2_adb_serial")`` etc.)."""
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Make the runner usable (build, provision, push); idempotent and cached."""
+
+    @abstractmethod
+    def info(self) -> DeviceInfo:
+        """Fingerprint and capabilities; valid after ``prepare``."""
+
+    @abstractmethod
+    def run(
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        plan: RunPlan,
+        workdir: Path,
+    ) -> RunResult:
+        """Run ``model`` as ``variant`` with ``plan``; results and logs land in ``workdir``."""

@@ -1,0 +1,359 @@
+"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts.
+
+Rules, as the user's CI relies on them:
+
+* structure (operator kinds and counts per run, packed SME operators) must match exactly;
+* category shares stay within an absolute tolerance of the baseline (default 5 points), and
+  within the limits the test's ``sme2`` marker sets;
+* SME2 speedup is at least the floor and not worse than the baseline beyond tolerance;
+* absolute latency is compared only when the device fingerprint matches the baseline's;
+* a latency or speedup gate fails only on clear evidence: the bootstrap 95 % interval of the ratio
+  lies entirely beyond the tolerance. Noise alone must not fail CI.
+
+Every verdict carries a sentence a reviewer would write, and, for structure, a compact diff.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pytest_sme2.baseline import Baseline, Tolerances, operator_diff
+from pytest_sme2.categories import CATEGORIES
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.measure import Measurement
+from pytest_sme2.stats import median_ratio
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gate: str
+    status: Status
+    message: str
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What a test asks for beyond its baseline: ``@pytest.mark.sme2(...)`` keyword arguments."""
+
+    speedup_floor: float | None = None
+    max_share: Mapping[str, float] = field(default_factory=dict)
+    min_share: Mapping[str, float] = field(default_factory=dict)
+    require_sme2_kernels: bool = False
+    op_counts: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("max_share", "min_share"):
+            for cat, value in getattr(self, name).items():
+                if cat not in CATEGORIES:
+                    raise ConfigError(
+                        f"sme2 marker {name}: unknown category {cat!r}; "
+                        f"use one of {list(CATEGORIES)}"
+                    )
+                if not 0.0 <= value <= 1.0:
+                    raise ConfigError(
+                        f"sme2 marker {name}[{cat!r}]={value}: a share is a fraction 0–1"
+                    )
+        if self.speedup_floor is not None and self.speedup_floor <= 0:
+            raise ConfigError(f"sme2 marker speedup_floor={self.speedup_floor} must be > 0")
+
+
+def _case(m: Measurement) -> str:
+    threads = "" if m.threads == 1 else f", {m.threads} threads"
+    return f"{m.model}[{m.dtype}] on {m.device.name}{threads}"
+
+
+def judge(
+    m: Measurement,
+    baseline: Baseline | None,
+    expectations: Expectations,
+    tolerances: Tolerances,
+) -> tuple[Verdict, ...]:
+    """Every gate's verdict for ``m``; with no baseline, only the baseline-free gates are judged."""
+    verdicts: list[Verdict] = []
+    verdicts += _share_limits(m, expectations)
+    verdicts += _op_counts(m, expectations)
+    verdicts += _sme2_kernels(m, expectations)
+    verdicts += _speedup(m, baseline, expectations, tolerances)
+    if baseline is not None:
+        verdicts += _structure(m, baseline)
+        verdicts += _shares(m, baseline, tolerances)
+        verdicts += _latency(m, baseline, tolerances)
+    return tuple(verdicts)
+
+
+def _headline_variant(m: Measurement) -> Variant:
+    """The variant share limits apply to: SME2-on where measured (the shipped configuration)."""
+    return Variant.ON if Variant.ON in m.variants else Variant.OFF
+
+
+def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
+    if not exp.max_share and not exp.min_share:
+        return []
+    variant = _headline_variant(m)
+    shares = m.variants[variant].profile.shares
+    broken = [
+        f"{cat} share {100 * shares[cat]:.1f}% is above the limit {100 * limit:.1f}%"
+        for cat, limit in exp.max_share.items()
+        if shares[cat] > limit
+    ] + [
+        f"{cat} share {100 * shares[cat]:.1f}% is below the minimum {100 * limit:.1f}%"
+        for cat, limit in exp.min_share.items()
+        if shares[cat] < limit
+    ]
+    if broken:
+        return [
+            Verdict("share-limits", Status.FAIL, f"{'; '.join(broken)} for {_case(m)} ({variant})")
+        ]
+    return [
+        Verdict(
+            "share-limits", Status.PASS, f"category shares within the marker's limits ({variant})"
+        )
+    ]
+
+
+def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
+    if not exp.op_counts:
+        return []
+    variant = _headline_variant(m)
+    prof = m.variants[variant].profile
+    actual = {op.name: op.count / prof.runs for op in prof.operators}
+    wrong = [
+        f"{name}: expected ×{want:g}/run, got ×{actual.get(name, 0):g}/run"
+        for name, want in exp.op_counts.items()
+        if actual.get(name, 0) != want
+    ]
+    if wrong:
+        return [
+            Verdict(
+                "op-counts",
+                Status.FAIL,
+                f"operator counts differ for {_case(m)} ({variant})",
+                tuple(wrong),
+            )
+        ]
+    return [Verdict("op-counts", Status.PASS, "operator counts as expected")]
+
+
+def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
+    if not exp.require_sme2_kernels:
+        return []
+    if not m.device.has_sme2 or Variant.ON not in m.variants:
+        reason = m.device.limits.get("sme2", f"{m.device.name} has no SME2")
+        return [Verdict("sme2-kernels", Status.SKIP, reason)]
+    on = m.variants[Variant.ON].profile.packed_operators
+    off = m.variants[Variant.OFF].profile.packed_operators if Variant.OFF in m.variants else ()
+    if not on:
+        return [
+            Verdict(
+                "sme2-kernels",
+                Status.FAIL,
+                f"no packed SME operator ran with SME2 on for {_case(m)}",
+            )
+        ]
+    if off:
+        return [
+            Verdict(
+                "sme2-kernels",
+                Status.FAIL,
+                f"packed SME operators ran with SME2 off for {_case(m)}: "
+                "the off variant is not SME-free",
+                tuple(off),
+            )
+        ]
+    return [Verdict("sme2-kernels", Status.PASS, f"SME2 kernels ran: {', '.join(on)}")]
+
+
+def _speedup(
+    m: Measurement, baseline: Baseline | None, exp: Expectations, tol: Tolerances
+) -> list[Verdict]:
+    comparison = m.comparison
+    if comparison is None or not m.device.time_meaningful:
+        if exp.speedup_floor is None and (baseline is None or baseline.speedup is None):
+            return []
+        reason = m.device.limits.get("speedup", f"{m.device.name} cannot measure an SME2 speedup")
+        return [Verdict("speedup", Status.SKIP, reason)]
+    s = comparison.speedup
+    verdicts = []
+    if exp.speedup_floor is not None:
+        if s.high < exp.speedup_floor:
+            verdicts.append(
+                Verdict(
+                    "speedup-floor",
+                    Status.FAIL,
+                    f"SME2 speedup {s.describe()} is below the floor "
+                    f"{exp.speedup_floor:g}× for {_case(m)}",
+                )
+            )
+        else:
+            verdicts.append(
+                Verdict(
+                    "speedup-floor",
+                    Status.PASS,
+                    f"SME2 speedup {s.describe()} ≥ floor {exp.speedup_floor:g}×",
+                )
+            )
+    if baseline is not None and baseline.speedup is not None:
+        limit = baseline.speedup.value * (1 - tol.speedup_percent / 100)
+        if s.high < limit:
+            verdicts.append(
+                Verdict(
+                    "speedup-baseline",
+                    Status.FAIL,
+                    f"SME2 speedup {s.describe()} fell below the baseline "
+                    f"{baseline.speedup.value:g}× "
+                    f"beyond the {tol.speedup_percent:g}% tolerance for {_case(m)}",
+                )
+            )
+        else:
+            verdicts.append(
+                Verdict(
+                    "speedup-baseline",
+                    Status.PASS,
+                    f"SME2 speedup {s.value:.2f}× vs baseline {baseline.speedup.value:g}×",
+                )
+            )
+    return verdicts
+
+
+def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
+    verdicts = []
+    for variant, vm in m.variants.items():
+        stored = baseline.variants.get(str(variant))
+        if stored is None:
+            verdicts.append(
+                Verdict(
+                    f"structure[{variant}]",
+                    Status.FAIL,
+                    f"the baseline has no {variant} variant for {_case(m)}; update it",
+                )
+            )
+            continue
+        prof = vm.profile
+        actual = {op.name: round(op.count / prof.runs, 4) for op in prof.operators}
+        stored_ops = {k: round(v, 4) for k, v in stored.operators.items()}
+        diff = operator_diff(stored_ops, actual)
+        if tuple(stored.packed_operators) != prof.packed_operators:
+            diff.append(
+                f"packed operators {list(stored.packed_operators)} → {list(prof.packed_operators)}"
+            )
+        if diff:
+            verdicts.append(
+                Verdict(
+                    f"structure[{variant}]",
+                    Status.FAIL,
+                    f"operator structure of {_case(m)} ({variant}) changed from the baseline",
+                    tuple(diff),
+                )
+            )
+        else:
+            verdicts.append(
+                Verdict(
+                    f"structure[{variant}]",
+                    Status.PASS,
+                    f"{len(actual)} operator kinds as in the baseline",
+                )
+            )
+    return verdicts
+
+
+def _shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+    verdicts = []
+    for variant, vm in m.variants.items():
+        stored = baseline.variants.get(str(variant))
+        if stored is None:
+            continue
+        shares = vm.profile.shares
+        moved = [
+            f"{cat} share {100 * stored.shares.get(cat, 0.0):.1f}% → {100 * shares[cat]:.1f}% "
+            f"({100 * (shares[cat] - stored.shares.get(cat, 0.0)):+.1f} points)"
+            for cat in CATEGORIES
+            if abs(shares[cat] - stored.shares.get(cat, 0.0)) * 100 > tol.share_points
+        ]
+        gate = f"shares[{variant}]"
+        if moved:
+            verdicts.append(
+                Verdict(
+                    gate,
+                    Status.FAIL,
+                    f"category shares of {_case(m)} ({variant}) "
+                    f"moved beyond ±{tol.share_points:g} points",
+                    tuple(moved),
+                )
+            )
+        else:
+            verdicts.append(
+                Verdict(gate, Status.PASS, f"category shares within ±{tol.share_points:g} points")
+            )
+    return verdicts
+
+
+def _fingerprint_mismatch(m: Measurement, baseline: Baseline) -> list[str]:
+    return [
+        f"{k}: {baseline.fingerprint.get(k)!r} → {m.device.fingerprint.get(k)!r}"
+        for k in sorted({*baseline.fingerprint, *m.device.fingerprint})
+        if k != "runner" and baseline.fingerprint.get(k) != m.device.fingerprint.get(k)
+    ]
+
+
+def _latency(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+    if not m.device.time_meaningful:
+        reason = m.device.limits.get("latency", f"{m.device.name}'s time is not meaningful")
+        return [Verdict("latency", Status.SKIP, reason)]
+    mismatch = _fingerprint_mismatch(m, baseline)
+    if mismatch:
+        return [
+            Verdict(
+                "latency",
+                Status.SKIP,
+                "latency not compared: device fingerprint differs from the baseline's "
+                f"({'; '.join(mismatch)})",
+            )
+        ]
+    verdicts = []
+    for variant, vm in m.variants.items():
+        stored = baseline.variants.get(str(variant))
+        if stored is None:
+            continue
+        ratio = median_ratio(vm.latencies_ms, stored.latency.samples_ms)
+        gate = f"latency[{variant}]"
+        limit = 1 + tol.latency_percent / 100
+        median = ratio.value * stored.latency.median_ms
+        if ratio.low > limit:
+            verdicts.append(
+                Verdict(
+                    gate,
+                    Status.FAIL,
+                    f"E2E latency of {_case(m)} ({variant}) rose {100 * (ratio.value - 1):.0f}% "
+                    f"(median {median:.3f} ms vs baseline {stored.latency.median_ms:g} ms, "
+                    f"ratio {ratio.describe()}), beyond the {tol.latency_percent:g}% tolerance",
+                )
+            )
+        else:
+            verdicts.append(
+                Verdict(gate, Status.PASS, f"E2E latency ratio {ratio.describe()} vs baseline")
+            )
+    return verdicts
+
+
+def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None:
+    """The failure text for a test: failed gates (and skipped ones under ``--sme2-strict``), each
+    as its sentence followed by its indented details; None when the test passes."""
+    bad = [v for v in verdicts if v.status is Status.FAIL or (strict and v.status is Status.SKIP)]
+    if not bad:
+        return None
+    lines = []
+    for v in bad:
+        prefix = "gate skipped under --sme2-strict: " if v.status is Status.SKIP else ""
+        lines.append(prefix + v.message)
+        lines += [f"    {d}" for d in v.details]
+    return "\n".join(lines)

@@ -1,0 +1,21 @@
+"""Where the plugin leaves per-session and per-test results for the report hooks to read.
+
+Its own module so that ``plugin`` (which writes them) and ``report.hooks`` (which reads them) do
+not import each other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_sme2.gates import Verdict
+    from pytest_sme2.measure import Measurement
+    from pytest_sme2.settings import Settings
+
+SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
+MEASUREMENT_KEY: pytest.StashKey[Measurement] = pytest.StashKey()
+VERDICTS_KEY: pytest.StashKey[tuple[Verdict, ...]] = pytest.StashKey()
+BASELINE_CHANGES_KEY: pytest.StashKey[tuple[str, ...]] = pytest.StashKey()

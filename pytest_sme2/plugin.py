@@ -1,0 +1,296 @@
+"""pytest glue: options, the ``sme2`` marker, fixtures and hooks. Every decision is made by the
+stage modules (settings, export, measure, gates, baseline); this module only wires them to pytest.
+
+Nothing heavy is imported at plugin load, so a pytest run that uses none of this pays nothing and
+cannot be broken by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_sme2.keys import BASELINE_CHANGES_KEY, MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
+from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, OPTIONS
+
+if TYPE_CHECKING:
+    from pytest_sme2.analysis import Comparison
+    from pytest_sme2.baseline import Baseline
+    from pytest_sme2.devices.base import Device
+    from pytest_sme2.export import Artifact
+    from pytest_sme2.gates import Verdict
+    from pytest_sme2.measure import Measurement
+    from pytest_sme2.settings import Case, Settings
+    from pytest_sme2.trace import Trace
+
+
+MARKER_HELP = (
+    "sme2(speedup_floor=None, max_share=None, min_share=None, require_sme2_kernels=False, "
+    "op_counts=None): what a pytest-sme2 test expects beyond its baseline"
+)
+
+
+def _or_fail(call: Callable[[], Any]) -> Any:
+    """``call()``; a user-caused error fails the test (or collection) with its one-line message.
+
+    The failure is raised outside the ``except`` block so pytest shows the message once, not
+    chained to the error it replaces.
+    """
+    from pytest_sme2.errors import Sme2Error
+
+    try:
+        return call()
+    except Sme2Error as err:
+        message = str(err)
+    pytest.fail(message, pytrace=False)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from pytest_sme2.devices.registry import DEVICE_CLASSES
+
+    group = parser.getgroup("sme2", "pytest-sme2 (SME2 profiling regression tests)")
+    for option in OPTIONS:
+        if option.kind == "bool":
+            group.addoption(
+                option.flag, action="store_true", default=None, dest=option.dest, help=option.help
+            )
+            parser.addini(option.dest, option.help, type="bool", default=option.default)
+        else:
+            group.addoption(
+                option.flag,
+                dest=option.dest,
+                default=None,
+                help=f"{option.help} (default: {option.default or 'none'})",
+            )
+            parser.addini(option.dest, option.help, default=option.default)
+    parser.addini(
+        CATEGORY_OVERRIDES_INI,
+        "'Operator = Category' lines overriding the classifier",
+        type="linelist",
+        default=[],
+    )
+    for device in DEVICE_CLASSES.values():
+        device.add_options(group.addoption)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from pytest_sme2.report.hooks import ReportPlugin
+
+    config.addinivalue_line("markers", MARKER_HELP)
+    config.pluginmanager.register(ReportPlugin(config), "sme2-report")
+
+
+def _settings(config: pytest.Config) -> Settings:
+    """Settings resolved once per session. A bad value fails collection of the sme2 tests with one
+    line naming the option; tests that use no sme2 fixture never resolve them."""
+    from pytest_sme2.settings import resolve
+
+    if SETTINGS_KEY not in config.stash:
+        config.stash[SETTINGS_KEY] = _or_fail(
+            lambda: resolve(config.getoption, config.getini, config.rootpath)
+        )
+    return config.stash[SETTINGS_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize every test that asks for ``sme2_case`` over model × dtype (× threads)."""
+    if "sme2_case" not in metafunc.fixturenames:
+        return
+    from pytest_sme2.models import registered_models
+
+    settings = _settings(metafunc.config)
+    cases = _or_fail(lambda: settings.cases(registered_models()))
+    metafunc.parametrize("sme2_case", cases, ids=[case.id for case in cases])
+
+
+def _expectations(node: pytest.Item) -> Any:
+    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key."""
+    from pytest_sme2.errors import ConfigError
+    from pytest_sme2.gates import Expectations
+
+    kwargs: dict[str, Any] = {}
+    for marker in reversed(list(node.iter_markers("sme2"))):
+        if marker.args:
+            raise pytest.UsageError(
+                f"{node.nodeid}: @pytest.mark.sme2 takes keyword arguments only"
+            )
+        kwargs.update(marker.kwargs)
+    try:
+        return Expectations(**kwargs)
+    except TypeError as err:
+        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.sme2: {err}") from None
+    except ConfigError as err:
+        raise pytest.UsageError(f"{node.nodeid}: {err}") from None
+
+
+@pytest.fixture(scope="session")
+def sme2_settings(pytestconfig: pytest.Config) -> Settings:
+    """The resolved ``--sme2-*`` options and ini values."""
+    return _settings(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def sme2_device(sme2_settings: Settings, pytestconfig: pytest.Config) -> Device:
+    """The prepared device (runner built/provisioned once per session)."""
+    from pytest_sme2.devices.registry import device_class
+
+    def prepared() -> Device:
+        device = device_class(sme2_settings.device).from_options(
+            lambda name: pytestconfig.getoption(name, None)
+        )
+        device.prepare()
+        return device
+
+    return _or_fail(prepared)
+
+
+@pytest.fixture(scope="session")
+def exported_model() -> Callable[[str, str], Artifact]:
+    """Factory: ``exported_model("toy_cnn", "fp16")`` → the cached, numerics-checked Artifact."""
+    from pytest_sme2.export import export_model
+    from pytest_sme2.models import get_model
+
+    def export(model: str, dtype: str) -> Artifact:
+        return export_model(get_model(model), dtype)
+
+    return export
+
+
+@pytest.fixture
+def sme2_artifact(sme2_case: Case, exported_model: Callable[[str, str], Artifact]) -> Artifact:
+    """The current case's export; an export that fails or computes wrong numbers is an xfail."""
+    from pytest_sme2.errors import ExportError
+
+    try:
+        return exported_model(sme2_case.model.name, sme2_case.dtype)
+    except ExportError as err:
+        reason = str(err)
+    pytest.xfail(reason)
+
+
+@pytest.fixture
+def sme2_artifacts_dir(
+    sme2_case: Case, sme2_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """Where this test's traces, logs and outputs go (``--sme2-artifacts``, else pytest's
+    basetemp)."""
+    root = sme2_settings.artifacts or tmp_path_factory.getbasetemp() / "sme2-artifacts"
+    path = root / sme2_settings.device / sme2_case.id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def sme2_measurement(
+    request: pytest.FixtureRequest,
+    sme2_case: Case,
+    sme2_artifact: Artifact,
+    sme2_device: Device,
+    sme2_settings: Settings,
+    sme2_artifacts_dir: Path,
+) -> Measurement:
+    """Every variant the device supports, measured: timing-only rounds plus one traced run each."""
+    from pytest_sme2.measure import measure
+
+    result = _or_fail(
+        lambda: measure(
+            sme2_device,
+            model=sme2_case.model.name,
+            dtype=sme2_case.dtype,
+            pte=sme2_artifact.pte,
+            inputs=sme2_artifact.inputs,
+            plan=replace(sme2_settings.plan, threads=sme2_case.threads),
+            workdir=sme2_artifacts_dir,
+            classifier=sme2_settings.classifier,
+        )
+    )
+    request.node.stash[MEASUREMENT_KEY] = result
+    return result
+
+
+@pytest.fixture
+def sme2_comparison(sme2_measurement: Measurement) -> Comparison:
+    """SME2-off vs SME2-on; skipped with the device's reason where it cannot run both."""
+    comparison = sme2_measurement.comparison
+    if comparison is None:
+        pytest.skip(sme2_measurement.device.limits.get("speedup", "device runs one variant only"))
+    return comparison
+
+
+@pytest.fixture
+def sme2_trace(sme2_measurement: Measurement) -> Trace:
+    """The parsed ETDump of the headline variant (SME2-on where measured, else SME2-off)."""
+    from pytest_sme2.devices.base import Variant
+
+    variants = sme2_measurement.variants
+    return variants[Variant.ON if Variant.ON in variants else Variant.OFF].trace
+
+
+@pytest.fixture
+def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
+    from pytest_sme2.baseline import baseline_path
+
+    return baseline_path(
+        sme2_settings.baseline_dir,
+        sme2_settings.device,
+        sme2_case.model.name,
+        sme2_case.dtype,
+        sme2_case.threads,
+    )
+
+
+@pytest.fixture
+def sme2_baseline(sme2_baseline_path: Path) -> Baseline | None:
+    """The stored baseline for this test, or None when there is none yet."""
+    from pytest_sme2.baseline import load
+
+    return _or_fail(lambda: load(sme2_baseline_path))
+
+
+@pytest.fixture
+def sme2_judge(
+    request: pytest.FixtureRequest,
+    sme2_settings: Settings,
+    sme2_baseline_path: Path,
+    sme2_baseline: Baseline | None,
+) -> Callable[[Measurement], tuple[Verdict, ...]]:
+    """``sme2_judge(measurement)`` judges every gate, writes/updates the baseline as asked, and
+    fails the test with reviewer sentences when a gate fails (or is skipped under --sme2-strict)."""
+    from pytest_sme2 import baseline as store
+    from pytest_sme2.benchmark_interop import add_benchmarks
+    from pytest_sme2.gates import failure_report, judge
+
+    def judge_measurement(measurement: Measurement) -> tuple[Verdict, ...]:
+        tol = sme2_settings.tolerances
+        baseline = sme2_baseline
+        changes: tuple[str, ...] = ()
+        if baseline is None or sme2_settings.update_baselines:
+            merged, changes = store.merge(baseline, store.from_measurement(measurement, tol), tol)
+            if changes:
+                store.save(sme2_baseline_path, merged)
+            request.node.stash[BASELINE_CHANGES_KEY] = changes
+            missing = baseline is None and not sme2_settings.update_baselines
+            baseline = merged
+        else:
+            missing = False
+        verdicts = judge(measurement, baseline, _expectations(request.node), tol)
+        request.node.stash[VERDICTS_KEY] = verdicts
+        add_benchmarks(request.config, request.node.nodeid, measurement)
+        for change in changes:
+            request.node.user_properties.append(("sme2 baseline change", change))
+        report = failure_report(verdicts, strict=sme2_settings.strict)
+        if missing:
+            report = (
+                f"no baseline for {request.node.name}: wrote {sme2_baseline_path}; review and "
+                "commit it, then re-run (or pass --sme2-update-baselines)"
+                + (f"\n{report}" if report else "")
+            )
+        if report:
+            pytest.fail(report, pytrace=False)
+        return verdicts
+
+    return judge_measurement

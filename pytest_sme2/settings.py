@@ -1,0 +1,171 @@
+"""The ``--sme2-*`` options and their ini twins → one frozen Settings.
+
+Each option is declared once here (flag, ini name, default, one-line help); the plugin registers
+them and the command line wins over ``[tool.pytest.ini_options]``, which wins over the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_sme2.baseline import Tolerances
+from pytest_sme2.categories import Classifier
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.measure import MeasurePlan
+from pytest_sme2.models import DTYPES, ModelSpec
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``--sme2-<name>`` flag; ``kind`` is "str", "int", "float", "bool" or "lines"."""
+
+    name: str
+    default: Any
+    help: str
+    kind: str = "str"
+
+    @property
+    def flag(self) -> str:
+        return "--sme2-" + self.name
+
+    @property
+    def dest(self) -> str:
+        return "sme2_" + self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("device", "host", "where models run: host (default), or a device named in the docs"),
+    Option("runs", "20", "timing-only runs per variant (split over --sme2-rounds)", "int"),
+    Option("warmup", "2", "warm-up runs discarded before each measured batch", "int"),
+    Option("rounds", "4", "interleaved SME2-on/off rounds the timing runs are split into", "int"),
+    Option("traced-runs", "5", "runs in the traced (ETDump) run of each variant", "int"),
+    Option("threads", "1", "CPU threads: one number or a comma-separated list (1,2)"),
+    Option("models", "", "comma-separated model names to run (default: all registered)"),
+    Option("dtypes", "", f"comma-separated dtypes to run (default: all of {', '.join(DTYPES)})"),
+    Option("baseline-dir", "baselines", "directory of stored baselines, relative to the rootdir"),
+    Option("update-baselines", False, "write/refresh baselines instead of failing on them", "bool"),
+    Option("strict", False, "treat a skipped gate (device cannot measure it) as a failure", "bool"),
+    Option("artifacts", "", "directory for traces and run artifacts (default: pytest's basetemp)"),
+    Option(
+        "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
+    ),
+    Option("latency-tolerance", "10", "allowed latency rise / speedup drop, in percent", "float"),
+)
+
+#: ini-only (a list does not fit a flag): "Operator = Category" lines overriding the classifier.
+CATEGORY_OVERRIDES_INI = "sme2_category_overrides"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One parametrized test: a model × dtype × thread count."""
+
+    model: ModelSpec
+    dtype: str
+    threads: int
+    show_threads: bool
+
+    @property
+    def id(self) -> str:
+        suffix = f"-t{self.threads}" if self.show_threads else ""
+        return f"{self.model.name}-{self.dtype}{suffix}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str
+    plan: MeasurePlan
+    threads: tuple[int, ...]
+    models: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    baseline_dir: Path
+    update_baselines: bool
+    strict: bool
+    artifacts: Path | None
+    tolerances: Tolerances
+    classifier: Classifier
+
+    def cases(self, registered: Sequence[ModelSpec]) -> list[Case]:
+        """Every selected model × dtype × thread count, in registration order."""
+        known = {spec.name for spec in registered}
+        unknown = [name for name in self.models if name not in known]
+        if unknown:
+            raise ConfigError(
+                f"--sme2-models names unknown model(s) {unknown}; registered: {sorted(known)}"
+            )
+        chosen = [s for s in registered if not self.models or s.name in self.models]
+        many = len(self.threads) > 1
+        return [
+            Case(spec, dtype, threads, many)
+            for spec in chosen
+            for dtype in spec.dtypes
+            if not self.dtypes or dtype in self.dtypes
+            for threads in self.threads
+        ]
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in str(text).split(",") if part.strip())
+
+
+def _number(option: Option, raw: Any, cast: Callable[[str], Any]) -> Any:
+    try:
+        return cast(str(raw))
+    except ValueError:
+        raise ConfigError(f"{option.flag}={raw!r}: expected a {option.kind}") from None
+
+
+def resolve(
+    get_option: Callable[[str], Any], get_ini: Callable[[str], Any], rootdir: Path
+) -> Settings:
+    """Settings from command-line values (None when not given) falling back to ini values."""
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = get_option(option.dest)
+        if raw is None or raw is False:
+            raw = get_ini(option.dest)
+        if option.kind == "int":
+            values[option.dest] = _number(option, raw, int)
+        elif option.kind == "float":
+            values[option.dest] = _number(option, raw, float)
+        elif option.kind == "bool":
+            values[option.dest] = (
+                raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
+            )
+        else:
+            values[option.dest] = str(raw)
+    threads_opt = next(o for o in OPTIONS if o.name == "threads")
+    threads = tuple(_number(threads_opt, t, int) for t in _split(values["sme2_threads"]))
+    if not threads or min(threads) < 1:
+        raise ConfigError(f"--sme2-threads={values['sme2_threads']!r}: give one or more counts ≥ 1")
+    dtypes = _split(values["sme2_dtypes"])
+    unknown = sorted(set(dtypes) - set(DTYPES))
+    if unknown:
+        raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
+    artifacts = values["sme2_artifacts"]
+    return Settings(
+        device=values["sme2_device"],
+        plan=MeasurePlan(
+            runs=values["sme2_runs"],
+            warmup=values["sme2_warmup"],
+            threads=threads[0],
+            rounds=values["sme2_rounds"],
+            traced_runs=values["sme2_traced_runs"],
+        ),
+        threads=threads,
+        models=_split(values["sme2_models"]),
+        dtypes=dtypes,
+        baseline_dir=rootdir / values["sme2_baseline_dir"],
+        update_baselines=values["sme2_update_baselines"],
+        strict=values["sme2_strict"],
+        artifacts=Path(artifacts) if artifacts else None,
+        tolerances=Tolerances(
+            share_points=values["sme2_share_tolerance"],
+            latency_percent=values["sme2_latency_tolerance"],
+            speedup_percent=values["sme2_latency_tolerance"],
+        ),
+        classifier=Classifier.from_lines(get_ini(CATEGORY_OVERRIDES_INI) or ()),
+    )

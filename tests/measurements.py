@@ -1,0 +1,106 @@
+"""Build Measurements from hand-made traces, for judging and baseline tests that need exact numbers.
+
+The traces follow the real nesting (Method::execute ⊃ DELEGATE_CALL ⊃ XNNPACK ops); end-to-end
+tests elsewhere run the real runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_sme2.analysis import profile
+from pytest_sme2.devices.base import DeviceInfo, Variant
+from pytest_sme2.measure import Measurement, VariantMeasurement
+from pytest_sme2.runner.invoke import RunResult
+from pytest_sme2.trace import Event, Run, Trace
+
+MS = 1_000_000
+
+
+def make_trace(ops: Sequence[tuple[str, float]], runs: int = 3) -> Trace:
+    """``runs`` identical runs of a delegate call holding ``ops`` (name, ms) back to back + 1 ms."""
+    built = []
+    for index in range(runs):
+        t = 0.5
+        events = [None, None]
+        for number, (name, ms) in enumerate(ops, start=1):
+            events.append(
+                Event(f"{name} #{number}", int(t * MS), int((t + ms) * MS), 1, 2, True, "0", -1)
+            )
+            t += ms
+        events[1] = Event("DELEGATE_CALL", int(0.5 * MS), int(t * MS), 0, 1, False, None, 0)
+        events[0] = Event("Method::execute", 0, int((t + 0.5) * MS), -1, 0, False, None, -1)
+        built.append(Run(index=index, e2e_ns=events[0].end_ns, events=tuple(events)))
+    return Trace(path=None, runs=tuple(built), setup_events=())
+
+
+HOST = DeviceInfo(
+    name="host",
+    fingerprint={"cpu": "Test CPU", "cores": "2", "executorch": "1.5.1"},
+    has_sme2=False,
+    variants=(Variant.OFF,),
+    time_meaningful=True,
+    limits={"speedup": "host CPU has no SME2", "sme2": "host CPU has no SME2"},
+)
+
+SME2_DEVICE = DeviceInfo(
+    name="phone",
+    fingerprint={"cpu": "SME2 CPU", "cores": "8", "executorch": "1.5.1"},
+    has_sme2=True,
+    variants=(Variant.ON, Variant.OFF),
+    time_meaningful=True,
+)
+
+OFF_OPS = (
+    ("Convolution (NHWC, F32) IGEMM", 4.0),
+    ("Fully Connected (NC, F32) GEMM", 3.0),
+    ("Transpose (ND, X32)", 1.0),
+)
+ON_OPS = (
+    ("Convolution (NHWC, PF32) IGEMM", 1.0),
+    ("Fully Connected (NC, PF32) GEMM", 1.0),
+    ("Transpose (ND, X32)", 1.0),
+)
+
+
+def variant(v: Variant, ops, latencies: Sequence[float]) -> VariantMeasurement:
+    trace = make_trace(ops)
+    result = RunResult(
+        latencies_ms=tuple(latencies),
+        warmup=0,
+        etdump=Path("x.etdump"),
+        outputs=None,
+        log="",
+        command=(),
+        traced=True,
+    )
+    return VariantMeasurement(
+        variant=v,
+        latencies_ms=tuple(latencies),
+        trace=trace,
+        profile=profile(trace),
+        traced=result,
+        timing_runs=(result,),
+    )
+
+
+def measurement(
+    device: DeviceInfo = HOST,
+    *,
+    off_latencies: Sequence[float] = (10.0, 10.1, 9.9, 10.05, 9.95, 10.0),
+    on_latencies: Sequence[float] = (4.0, 4.05, 3.95, 4.0, 4.02, 3.98),
+    off_ops=OFF_OPS,
+    on_ops=ON_OPS,
+) -> Measurement:
+    variants = {Variant.OFF: variant(Variant.OFF, off_ops, off_latencies)}
+    if Variant.ON in device.variants:
+        variants = {Variant.ON: variant(Variant.ON, on_ops, on_latencies), **variants}
+    return Measurement(
+        model="toy",
+        dtype="fp32",
+        threads=1,
+        device=device,
+        variants=variants,
+        interleaved=len(variants) == 2,
+    )

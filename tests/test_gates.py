@@ -1,0 +1,132 @@
+"""Each gate passing, failing with its reviewer sentence, and skipping with the device's reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pytest_sme2.baseline import Tolerances, from_measurement
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.gates import Expectations, Status, failure_report, judge
+from tests.measurements import HOST, OFF_OPS, SME2_DEVICE, measurement
+
+TOL = Tolerances()
+
+
+def by_gate(verdicts):
+    return {v.gate: v for v in verdicts}
+
+
+def test_unchanged_measurement_passes_every_gate_against_its_own_baseline():
+    m = measurement(SME2_DEVICE)
+    verdicts = judge(
+        m, from_measurement(m, TOL), Expectations(speedup_floor=2.0, require_sme2_kernels=True), TOL
+    )
+    assert {v.status for v in verdicts} == {Status.PASS}
+    assert failure_report(verdicts, strict=True) is None
+
+
+def test_speedup_below_floor_fails_with_a_reviewer_sentence():
+    m = measurement(SME2_DEVICE)
+    verdicts = by_gate(judge(m, None, Expectations(speedup_floor=3.0), TOL))
+    v = verdicts["speedup-floor"]
+    assert v.status is Status.FAIL
+    assert v.message.startswith("SME2 speedup 2.50× (95% CI ")
+    assert v.message.endswith("is below the floor 3× for toy[fp32] on phone")
+
+
+def test_speedup_floor_inside_the_interval_does_not_fail():
+    noisy_on = (3.0, 5.0, 3.2, 4.8, 3.1, 4.9)  # CI straddles 2.5
+    m = measurement(SME2_DEVICE, on_latencies=noisy_on)
+    v = by_gate(judge(m, None, Expectations(speedup_floor=2.5), TOL))["speedup-floor"]
+    assert v.status is Status.PASS
+
+
+def test_speedup_regression_against_baseline():
+    base = from_measurement(measurement(SME2_DEVICE), TOL)
+    slower_on = (6.0, 6.05, 5.95, 6.0, 6.02, 5.98)
+    m = measurement(SME2_DEVICE, on_latencies=slower_on)
+    v = by_gate(judge(m, base, Expectations(), TOL))["speedup-baseline"]
+    assert v.status is Status.FAIL
+    assert "fell below the baseline 2.5×" in v.message
+
+
+def test_host_without_sme2_skips_speedup_and_kernels_with_reason():
+    m = measurement(HOST)
+    verdicts = by_gate(
+        judge(m, None, Expectations(speedup_floor=1.5, require_sme2_kernels=True), TOL)
+    )
+    assert verdicts["speedup"].status is Status.SKIP
+    assert verdicts["speedup"].message == "host CPU has no SME2"
+    assert verdicts["sme2-kernels"].status is Status.SKIP
+    assert failure_report(tuple(verdicts.values()), strict=False) is None
+    assert "gate skipped under --sme2-strict: host CPU has no SME2" in failure_report(
+        tuple(verdicts.values()), strict=True
+    )
+
+
+def test_missing_packed_operators_fail_the_kernel_gate():
+    m = measurement(SME2_DEVICE, on_ops=OFF_OPS)
+    v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert v.status is Status.FAIL
+    assert "no packed SME operator ran with SME2 on" in v.message
+
+
+def test_structure_change_fails_with_a_compact_diff():
+    base = from_measurement(measurement(HOST), TOL)
+    changed = (*OFF_OPS, ("Transpose (ND, X32)", 1.0))
+    m = measurement(HOST, off_ops=changed)
+    v = by_gate(judge(m, base, Expectations(), TOL))["structure[sme2-off]"]
+    assert v.status is Status.FAIL
+    assert v.details == ("Transpose (ND, X32) ×1 → ×2/run",)
+
+
+def test_share_move_beyond_tolerance_fails_and_names_the_category():
+    base = from_measurement(measurement(HOST), TOL)
+    m = measurement(
+        HOST,
+        off_ops=(
+            ("Convolution (NHWC, F32) IGEMM", 1.0),
+            ("Fully Connected (NC, F32) GEMM", 3.0),
+            ("Transpose (ND, X32)", 4.0),
+        ),
+    )
+    v = by_gate(judge(m, base, Expectations(), TOL))["shares[sme2-off]"]
+    assert v.status is Status.FAIL
+    assert any(d.startswith("Data Movement share 11.1% → 44.4%") for d in v.details)
+
+
+def test_share_limits_from_the_marker():
+    m = measurement(HOST)
+    v = by_gate(judge(m, None, Expectations(max_share={"Convolution": 0.3}), TOL))["share-limits"]
+    assert v.status is Status.FAIL
+    assert v.message.startswith("Convolution share 44.4% is above the limit 30.0%")
+
+
+def test_clear_latency_rise_fails_but_noise_does_not():
+    base = from_measurement(measurement(HOST), TOL)
+    slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
+    noisy = measurement(HOST, off_latencies=(10.0, 11.5, 9.5, 10.8, 9.9, 10.2))
+    failed = by_gate(judge(slow, base, Expectations(), TOL))["latency[sme2-off]"]
+    assert failed.status is Status.FAIL
+    assert failed.message.startswith("E2E latency of toy[fp32] on host (sme2-off) rose 20%")
+    assert (
+        by_gate(judge(noisy, base, Expectations(), TOL))["latency[sme2-off]"].status is Status.PASS
+    )
+
+
+def test_latency_is_skipped_when_the_fingerprint_differs():
+    base = from_measurement(measurement(HOST), TOL)
+    other = replace(HOST, fingerprint={**HOST.fingerprint, "cpu": "Other CPU"})
+    m = replace(measurement(HOST), device=other)
+    v = by_gate(judge(m, base, Expectations(), TOL))["latency"]
+    assert v.status is Status.SKIP
+    assert "cpu: 'Test CPU' → 'Other CPU'" in v.message
+
+
+def test_bad_marker_values_are_config_errors():
+    with pytest.raises(ConfigError, match="unknown category 'Convolutions'"):
+        Expectations(max_share={"Convolutions": 0.5})
+    with pytest.raises(ConfigError, match="a share is a fraction"):
+        Expectations(min_share={"GEMM": 40})

@@ -1,0 +1,245 @@
+"""The plugin end to end, through pytester: an inner pytest session in a subprocess registers tiny
+real models, exports them, runs the real runner on the host and judges against baselines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = """
+import torch
+from pytest_sme2 import register_model
+
+SIZE = {size}
+
+def _inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(1, 3, SIZE, SIZE, generator=g),)
+
+def _net(width):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(width, 10),
+    ).eval()
+
+@register_model("plug_a", inputs=_inputs, dtypes=("fp32",))
+def plug_a():
+    '''Two convs and a linear.'''
+    return _net(16)
+
+@register_model("plug_b", inputs=_inputs, dtypes=("fp32",))
+def plug_b():
+    '''The same, wider.'''
+    return _net(24)
+"""
+
+SUITE = """
+import pytest
+
+@pytest.mark.sme2({marker})
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
+
+FAST = ["--sme2-runs=12", "--sme2-rounds=3", "--sme2-traced-runs=2", "--sme2-warmup=2"]
+
+
+def make_suite(pytester: pytest.Pytester, *, size: int = 48, marker: str = "") -> None:
+    pytester.makeconftest(CONFTEST.format(size=size))
+    pytester.makepyfile(test_suite=SUITE.format(marker=marker))
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *FAST, *args)
+
+
+def test_help_lists_every_option_in_its_group(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    out = result.stdout.str()
+    assert "pytest-sme2 (SME2 profiling regression tests):" in out
+    for flag in (
+        "--sme2-device",
+        "--sme2-runs",
+        "--sme2-warmup",
+        "--sme2-threads",
+        "--sme2-models",
+        "--sme2-dtypes",
+        "--sme2-baseline-dir",
+        "--sme2-update-baselines",
+        "--sme2-strict",
+        "--sme2-artifacts",
+    ):
+        assert flag in out
+    assert "sme2_runs (string):" in out  # each option has an ini twin
+
+
+def test_ini_values_apply_and_the_command_line_wins(pytester):
+    pytester.makeini("[pytest]\nsme2_runs = 7\nsme2_threads = 1, 2\nsme2_strict = true\n")
+    pytester.makepyfile("""
+        def test_settings(sme2_settings, pytestconfig):
+            expected = int(pytestconfig.getoption("expected_runs") or 7)
+            assert sme2_settings.plan.runs == expected
+            assert sme2_settings.threads == (1, 2)
+            assert sme2_settings.strict is True
+    """)
+    pytester.makeconftest(
+        "def pytest_addoption(parser):\n    parser.addoption('--expected-runs')\n"
+    )
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("--sme2-runs=3", "--expected-runs=3").assert_outcomes(passed=1)
+
+
+def test_unrelated_tests_run_whatever_the_sme2_options_say(pytester):
+    pytester.makepyfile("def test_plain():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("--sme2-device=no-such-device", "--sme2-runs=oops")
+    result.assert_outcomes(passed=1)
+
+
+def test_bad_option_values_are_usage_errors_naming_the_option(pytester):
+    make_suite(pytester)
+    result = pytester.runpytest_subprocess("--sme2-dtypes=fp64")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert "--sme2-dtypes names unknown dtype(s) ['fp64']; known: ['fp32', 'fp16'" in out
+    assert (
+        out.count("names unknown dtype") == 2
+    )  # the error section and the summary line, once each
+    assert "Traceback" not in out
+    result = pytester.runpytest_subprocess("--sme2-device=nope", "--sme2-models=plug_a")
+    assert "--sme2-device='nope' is not a device; choose one of: host" in result.stdout.str()
+
+
+def test_missing_baseline_is_written_and_fails_then_compares_and_updates(pytester):
+    make_suite(pytester)
+    first = run(pytester, "--sme2-models=plug_a")
+    first.assert_outcomes(failed=1)
+    assert "no baseline for test_model[plug_a-fp32]: wrote " in first.stdout.str()
+    path = pytester.path / "baselines" / "host" / "plug_a-fp32.json"
+    stored = json.loads(path.read_text())
+    assert stored["model"] == "plug_a" and stored["variants"]["sme2-off"]["operators"]
+    run(pytester, "--sme2-models=plug_a").assert_outcomes(passed=1)
+    before = path.read_text()
+    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
+    assert path.read_text() == before, "an update with nothing beyond tolerance rewrites nothing"
+
+
+def test_update_reports_each_change(pytester):
+    make_suite(pytester)
+    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
+    path = pytester.path / "baselines" / "host" / "plug_a-fp32.json"
+    doc = json.loads(path.read_text())
+    doc["variants"]["sme2-off"]["operators"]["Transpose (ND, X32)"] = 99
+    path.write_text(json.dumps(doc))
+    result = run(
+        pytester, "--sme2-models=plug_a", "--sme2-update-baselines", "-rA", "--junitxml=j.xml"
+    )
+    result.assert_outcomes(passed=1)
+    assert "sme2-off Transpose (ND, X32) ×99" in (pytester.path / "j.xml").read_text()
+    assert (
+        json.loads(path.read_text())["variants"]["sme2-off"]["operators"]["Transpose (ND, X32)"]
+        != 99
+    )
+
+
+def test_share_limit_and_op_count_gates_fail_with_their_messages(pytester):
+    make_suite(
+        pytester, marker="max_share={'Convolution': 0.01}, op_counts={'Transpose (ND, X32)': 7}"
+    )
+    result = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Convolution share *% is above the limit 1.0% for plug_a[[]fp32] on host (sme2-off)*",
+            "*operator counts differ for plug_a[[]fp32] on host (sme2-off)*",
+            "*Transpose (ND, X32): expected ×7/run, got ×*/run*",
+        ]
+    )
+
+
+def test_structure_gate_fails_with_a_compact_diff(pytester):
+    make_suite(pytester)
+    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
+    path = pytester.path / "baselines" / "host" / "plug_a-fp32.json"
+    doc = json.loads(path.read_text())
+    doc["variants"]["sme2-off"]["operators"]["Max Pooling (NHWC, F32)"] = 2
+    path.write_text(json.dumps(doc))
+    result = run(pytester, "--sme2-models=plug_a")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*operator structure of plug_a[[]fp32] on host (sme2-off) changed from the baseline*",
+            "*− Max Pooling (NHWC, F32) ×2/run*",
+        ]
+    )
+
+
+def test_slowed_model_trips_the_latency_gate_and_an_unchanged_rerun_does_not(pytester):
+    make_suite(pytester, size=48)
+    args = ("--sme2-models=plug_a", "--sme2-runs=20", "--sme2-rounds=4")
+    run(pytester, *args, "--sme2-update-baselines").assert_outcomes(passed=1)
+    run(pytester, *args).assert_outcomes(passed=1)
+    make_suite(pytester, size=96)  # same graph, 4× the pixels
+    slowed = run(pytester, *args)
+    slowed.assert_outcomes(failed=1)
+    slowed.stdout.fnmatch_lines(
+        [
+            "*E2E latency of plug_a[[]fp32] on host (sme2-off) rose *% "
+            "(median * ms vs baseline * ms, ratio *× (95% CI *×)), beyond the 10% tolerance*"
+        ]
+    )
+
+
+def test_strict_turns_a_skipped_gate_into_a_failure(pytester):
+    make_suite(pytester, marker="speedup_floor=1.5")
+    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
+    run(pytester, "--sme2-models=plug_a").assert_outcomes(passed=1)
+    strict = run(pytester, "--sme2-models=plug_a", "--sme2-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*gate skipped under --sme2-strict: host CPU (*) has no SME2*"])
+
+
+def test_benchmark_json_holds_each_variant_and_compare_reads_it(pytester):
+    make_suite(pytester)
+    result = run(
+        pytester, "--sme2-models=plug_a", "--sme2-update-baselines", "--benchmark-json=bench.json"
+    )
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "bench.json").read_text())
+    (entry,) = [b for b in doc["benchmarks"] if b["group"] == "sme2:plug_a-fp32"]
+    assert entry["extra_info"]["device"] == "host" and entry["extra_info"]["variant"] == "sme2-off"
+    assert set(entry["extra_info"]["categories_ms"]) == {
+        "Convolution",
+        "GEMM",
+        "Data Movement",
+        "Elementwise",
+        "Other",
+    }
+    assert entry["stats"]["rounds"] == 12 == len(entry["stats"]["data"])
+    assert entry["name"] == "test_model[plug_a-fp32][sme2-off]"
+    cli = shutil.which("pytest-benchmark")
+    assert cli, "pytest-benchmark's console script is installed with it"
+    compare = subprocess.run(
+        [cli, "compare", str(pytester.path / "bench.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert compare.returncode == 0, compare.stderr
+    assert "test_model[plug_a-fp32][sme2-off]" in compare.stdout
+
+
+def test_xdist_two_workers_share_exports_and_builds(pytester):
+    make_suite(pytester)
+    result = run(pytester, "-n", "2", "--sme2-update-baselines")
+    result.assert_outcomes(passed=2)
+    assert sorted(p.name for p in (pytester.path / "baselines" / "host").iterdir()) == [
+        "plug_a-fp32.json",
+        "plug_b-fp32.json",
+    ]
