@@ -1,0 +1,266 @@
+"""Exact guest instruction counts from qemu-user's debug log: the evidence that SME2 kernels ran.
+
+Why: emulated time is no performance signal, and op names cannot prove SME2 for every dtype
+(dynamically quantized int8 keeps the same name with NEON fallbacks). What the emulated CPU
+executed can: how many instructions, how many of them SME, and in which functions.
+
+qemu-aarch64 run with ``-d in_asm,exec,nochain,strace -D <log>`` (:data:`QEMU_LOG_FLAGS`) writes
+
+* for every translated block (TB), once per translation, its guest instructions::
+
+      ----------------
+      IN: main                       (qemu's symbol, known for the main binary and ld.so only)
+      0x00000000004005d0:  a9bf7bfd  stp      x29, x30, [sp, #-0x10]!
+
+* for every *executed* TB (``nochain`` stops qemu chaining TBs, so none is left out)::
+
+      Trace 0: 0x7fc9b5eb3240 [80081c09311/00007fc9bdf80564/00000001/00000200] main
+
+* every system call, which tells where the dynamic loader mapped each shared library::
+
+      8658 openat(AT_FDCWD,"/tmp/t/libsmeloop.so",O_RDONLY|O_CLOEXEC) = 4
+      8658 mmap(0x00007fc9bdf80000,131104,PROT_EXEC|PROT_READ,...,4,0) = 0x00007fc9bdf80000
+
+Executed instructions are the sum, over ``Trace`` lines, of the size of the block at that pc. A
+block runs to its end unless it faults part-way (a guest signal), which the runner does not do.
+Logs are hundreds of MB, so the file is streamed once; identical ``Trace`` lines are tallied as
+they are and parsed only when a pc is re-translated with a different shape, or at the end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import struct
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_sme2.errors import TraceError
+
+QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
+"""The ``-d`` items :func:`count_instructions` needs (pass ``-D <file>`` too)."""
+
+UNMAPPED = ""
+"""``InstructionCount.libraries`` key of code not mapped from a file by the guest's own ``mmap``
+(the main executable and the dynamic loader, which qemu itself loads)."""
+
+_OPENAT = re.compile(rb'^\d+ openat\(\w+,"((?:[^"\\]|\\.)*)",[^)]*\) = (\d+)$')
+_CLOSE = re.compile(rb"^\d+ close\((\d+)\) = 0$")
+_MMAP = re.compile(
+    rb"^\d+ mmap\((?:NULL|0x[0-9a-f]+),(\d+),([A-Z_|]+),[A-Z_|]+,(\d+),(0x[0-9a-f]+|\d+)\)"
+    rb" = 0x([0-9a-f]+)$"
+)
+
+
+def is_sme(word: int) -> bool:
+    """Whether an A64 instruction word is an SME instruction.
+
+    The A64 top-level decode puts every SME instruction (ZA/ZT0 loads, stores and moves, outer
+    products, SME2 multi-vector ops) where bit 31 is 1 and bits 28:25 are 0000; SMSTART/SMSTOP
+    are ``MSR SVCR*, #imm`` (``0xd503407f`` with CRm<2:0> free). Decoding the word, not the
+    disassembly, matters: qemu's disassembler prints SME2 instructions such as ``zero {zt0}`` as
+    ``.byte``. SVE instructions executed in streaming mode are not counted.
+    """
+    return (word >> 31 == 1 and (word >> 25) & 0xF == 0) or (word & 0xFFFFF8FF) == 0xD503407F
+
+
+@dataclass(frozen=True)
+class InstructionCount:
+    """What the guest executed, from one log.
+
+    ``functions`` and ``sme_functions`` give instructions (all, and SME only) per function a
+    translated block started in, most first: functions of the libraries named to
+    :func:`count_instructions` by their ELF symbols, those of the main executable and the loader
+    by qemu's own symbol lookup. ``libraries`` gives instructions per mapped file name
+    (:data:`UNMAPPED` for the rest). ``blocks`` counts executed translation blocks.
+    """
+
+    total: int
+    sme: int
+    functions: Mapping[str, int]
+    sme_functions: Mapping[str, int]
+    libraries: Mapping[str, int]
+    blocks: int
+
+
+@dataclass(frozen=True)
+class _Block:
+    insns: int
+    sme: int
+    symbol: str  # qemu's name for the block's start, "" when it has none
+
+
+@dataclass(frozen=True)
+class _Mapping:
+    start: int
+    end: int
+    name: str  # file name of the mapped file
+    offset: int  # file offset mapped at ``start``
+
+
+class _Symbols:
+    """Function symbols of one ELF file, looked up by file offset (mappings are by offset)."""
+
+    def __init__(self, path: Path) -> None:
+        data = path.read_bytes()
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise TraceError(path, "not a 64-bit little-endian ELF file")
+        phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+        # (file offset, vaddr, file size) of the loadable segments, to turn addresses into offsets
+        self._segments = []
+        for i in range(phnum):
+            p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+                "<IIQQQQ", data, phoff + i * phentsize
+            )
+            if p_type == 1:  # PT_LOAD
+                self._segments.append((p_offset, p_vaddr, p_filesz))
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+        ]
+        # the full symbol table when not stripped, else the dynamic one (exported functions only)
+        tables = [s for s in sections if s[1] == 2] or [s for s in sections if s[1] == 11]
+        entries: dict[int, tuple[int, str]] = {}
+        for _, _, _, _, offset, size, link, _, _, entsize in tables:
+            strtab = sections[link][4]
+            for pos in range(offset, offset + size, entsize):
+                name, info, _, shndx, value, sym_size = struct.unpack_from("<IBBHQQ", data, pos)
+                if info & 0xF in (2, 10) and shndx != 0 and value:  # STT_FUNC, STT_GNU_IFUNC
+                    end = data.index(b"\0", strtab + name)
+                    entries.setdefault(value, (sym_size, data[strtab + name : end].decode()))
+        self._starts = sorted(entries)
+        self._entries = [entries[start] for start in self._starts]
+
+    def lookup(self, file_offset: int) -> str | None:
+        """The function containing ``file_offset`` (size 0: the nearest one before it)."""
+        vaddr = next(
+            (v + file_offset - o for o, v, n in self._segments if o <= file_offset < o + n), None
+        )
+        if vaddr is None:
+            return None
+        i = bisect.bisect_right(self._starts, vaddr) - 1
+        if i < 0:
+            return None
+        size, name = self._entries[i]
+        return name if size == 0 or vaddr < self._starts[i] + size else None
+
+
+class _Tally:
+    """Executed instructions per translated-block start, accumulated while streaming."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, _Block] = {}
+        self.pending: Counter[bytes] = Counter()  # identical Trace lines since the last fold
+        self.insns: Counter[int] = Counter()  # executed instructions per pc
+        self.sme: Counter[int] = Counter()
+        self.executions = 0
+
+    def define(self, pc: int, block: _Block) -> None:
+        """A (re)translation of ``pc``: executions logged so far used the old shape."""
+        old = self.blocks.get(pc)
+        if old is not None and (old.insns, old.sme) != (block.insns, block.sme):
+            self.fold()
+        self.blocks[pc] = block
+
+    def fold(self) -> None:
+        for line, count in self.pending.items():
+            pc = int(line.split(b"/", 2)[1], 16)  # "Trace 0: <host> [<cs_base>/<pc>/..."
+            block = self.blocks.get(pc)
+            if block is None:  # never translated in this log: nothing to count it with
+                continue
+            self.insns[pc] += count * block.insns
+            if block.sme:
+                self.sme[pc] += count * block.sme
+            self.executions += count
+        self.pending.clear()
+
+
+def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> InstructionCount:
+    """Count what the guest executed from a qemu log made with :data:`QEMU_LOG_FLAGS`.
+
+    ``symbols`` are host copies of the guest's shared libraries (e.g. the aarch64 wheel's
+    ``libexecutorch_backend_xnnpack.so``); each is matched to a guest mapping by file name, and
+    its ELF symbols name the functions executed in it. Raises TraceError if the log is missing or
+    has no executed block (qemu ran without ``-d exec``).
+    """
+    tally = _Tally()
+    fds: dict[int, str] = {}
+    mappings: dict[int, _Mapping] = {}
+    block_pc: int | None = None
+    block_symbol = ""
+    block_insns = block_sme = 0
+    try:
+        handle = log_path.open("rb", buffering=1 << 20)
+    except OSError as err:
+        raise TraceError(log_path, f"cannot read the qemu log ({err.strerror})") from err
+    with handle:
+        pending = tally.pending
+        for line in handle:
+            if line.startswith(b"Trace "):
+                pending[line] += 1  # the whole line: parsed once per distinct line, in fold()
+            elif line.startswith(b"0x"):
+                colon = line.find(b":")
+                word = int(line[colon + 1 : colon + 13], 16)
+                if block_insns == 0:
+                    block_pc = int(line[2:colon], 16)
+                block_insns += 1
+                block_sme += is_sme(word)
+            elif line.startswith(b"IN:"):
+                block_symbol = line[3:].strip().decode(errors="replace")
+                block_pc, block_insns, block_sme = None, 0, 0
+            elif line == b"\n":
+                if block_pc is not None:
+                    tally.define(block_pc, _Block(block_insns, block_sme, block_symbol))
+                    block_pc, block_insns, block_sme = None, 0, 0
+            elif match := _OPENAT.match(line.rstrip(b"\n")):
+                fds[int(match[2])] = match[1].decode(errors="replace").rsplit("/", 1)[-1]
+            elif match := _CLOSE.match(line.rstrip(b"\n")):
+                fds.pop(int(match[1]), None)
+            elif (match := _MMAP.match(line.rstrip(b"\n"))) and b"PROT_EXEC" in match[2]:
+                fd = int(match[3])
+                if fd in fds:
+                    start = int(match[5], 16)
+                    mappings[start] = _Mapping(
+                        start, start + int(match[1]), fds[fd], int(match[4], 0)
+                    )
+    tally.fold()
+    if tally.executions == 0:
+        raise TraceError(
+            log_path, f"no executed blocks in the qemu log: run qemu with -d {QEMU_LOG_FLAGS}"
+        )
+    return _attribute(tally, sorted(mappings.values(), key=lambda m: m.start), symbols)
+
+
+def _attribute(
+    tally: _Tally, mappings: list[_Mapping], symbol_files: Iterable[Path]
+) -> InstructionCount:
+    """Sum the per-pc tallies into functions and libraries."""
+    tables = {path.name: _Symbols(path) for path in symbol_files}
+    starts = [m.start for m in mappings]
+    functions: Counter[str] = Counter()
+    sme_functions: Counter[str] = Counter()
+    libraries: Counter[str] = Counter()
+    for pc, insns in tally.insns.items():
+        i = bisect.bisect_right(starts, pc) - 1
+        mapping = mappings[i] if i >= 0 and pc < mappings[i].end else None
+        if mapping is None:
+            library, function = UNMAPPED, tally.blocks[pc].symbol or None
+        else:
+            library = mapping.name
+            table = tables.get(library)
+            function = table.lookup(pc - mapping.start + mapping.offset) if table else None
+        libraries[library] += insns
+        if function is not None:
+            functions[function] += insns
+            if pc in tally.sme:
+                sme_functions[function] += tally.sme[pc]
+    return InstructionCount(
+        total=sum(tally.insns.values()),
+        sme=sum(tally.sme.values()),
+        functions=dict(functions.most_common()),
+        sme_functions=dict(sme_functions.most_common()),
+        libraries=dict(libraries.most_common()),
+        blocks=tally.executions,
+    )

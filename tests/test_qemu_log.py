@@ -1,0 +1,189 @@
+"""Instruction counting from qemu's exec log: a real log of a real SME program, then edge cases.
+
+The real program runs a loop whose body holds a known set of SME instructions (emitted as raw
+words, so the bookworm cross assembler need not know SME) in a shared library, under the
+provisioned qemu-aarch64 with the log flags the device uses.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
+from pytest_sme2.devices.qemu_log import UNMAPPED, count_instructions, is_sme
+from pytest_sme2.errors import TraceError
+
+SMSTART, SMSTOP = 0xD503477F, 0xD503467F
+ZERO_ZA, FMOPA, ZERO_ZT0 = 0xC00800FF, 0x80810000, 0xC0480001  # zero {za}; fmopa za0.s, ...; SME2
+LOOP_SME_WORDS = (SMSTART, ZERO_ZA, FMOPA, ZERO_ZT0, SMSTOP)
+
+_INSTS = " ".join(f'".inst {word:#010x}\\n\\t"' for word in LOOP_SME_WORDS)
+_LIBRARY = f"""\
+void sme_loop(long n) {{
+    for (long i = 0; i < n; i++) {{
+        __asm__ volatile({_INSTS} ::: "memory");
+    }}
+}}
+"""
+
+_MAIN = """\
+#include <stdlib.h>
+void sme_loop(long n);
+int main(int argc, char **argv) { sme_loop(atol(argv[1])); return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def toolchain() -> QemuToolchain:
+    return provision_qemu(log=lambda _: None)
+
+
+@pytest.fixture(scope="module")
+def sme_program(toolchain: QemuToolchain, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``main N`` calls ``sme_loop(N)`` in ``libsmeloop.so``; returns the main binary."""
+    out = tmp_path_factory.mktemp("smeloop")
+    (out / "smeloop.c").write_text(_LIBRARY)
+    (out / "main.c").write_text(_MAIN)
+    cc = str(toolchain.cc)
+    library = [cc, "-O1", "-shared", "-fPIC", "-o", str(out / "libsmeloop.so")]
+    subprocess.run([*library, str(out / "smeloop.c")], check=True)
+    main = [cc, "-O1", "-o", str(out / "main"), str(out / "main.c"), f"-L{out}", "-lsmeloop"]
+    subprocess.run([*main, f"-Wl,-rpath,{out}"], check=True)
+    return out / "main"
+
+
+def _logged_run(toolchain: QemuToolchain, program: Path, n: int, log: Path) -> None:
+    command = [*qemu_command(toolchain, sme2=True, exec_log=log), str(program), str(n)]
+    subprocess.run(command, check=True, timeout=300)
+
+
+def test_real_log_counts_sme_instructions_exactly(
+    toolchain: QemuToolchain, sme_program: Path, tmp_path: Path
+) -> None:
+    library = sme_program.with_name("libsmeloop.so")
+    counts = {}
+    for n in (1000, 3000):
+        _logged_run(toolchain, sme_program, n, tmp_path / f"{n}.log")
+        counts[n] = count_instructions(tmp_path / f"{n}.log", [library])
+    small, large = counts[1000], counts[3000]
+    # Nothing else in the process executes SME: every SME instruction is in the loop.
+    assert small.sme == len(LOOP_SME_WORDS) * 1000
+    assert large.sme == len(LOOP_SME_WORDS) * 3000
+    assert large.sme_functions == {"sme_loop": large.sme}
+    # Only the loop depends on n, so everything mapped from files grew by exactly 2000 loop
+    # bodies, all in sme_loop. (The loader, unmapped, varies by a few instructions run to run.)
+    per_iteration, remainder = divmod(
+        large.functions["sme_loop"] - small.functions["sme_loop"], 2000
+    )
+    assert remainder == 0 and per_iteration > len(LOOP_SME_WORDS)
+    mapped = {n: c.total - c.libraries[UNMAPPED] for n, c in counts.items()}
+    assert mapped[3000] - mapped[1000] == 2000 * per_iteration
+    grown = large.libraries["libsmeloop.so"] - small.libraries["libsmeloop.so"]
+    assert grown == 2000 * per_iteration
+    # The main executable is loaded by qemu, not mmap'ed by the guest: named by qemu's symbols.
+    assert large.libraries[UNMAPPED] > 0 and "main" in large.functions
+    assert large.blocks > 3000
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        (SMSTART, True),
+        (SMSTOP, True),
+        (0xD503437F, True),  # smstart sm
+        (0xD503447F, True),  # smstop za
+        (ZERO_ZA, True),
+        (FMOPA, True),
+        (ZERO_ZT0, True),  # SME2; qemu's disassembler prints it as .byte
+        (0xC1342000, True),  # SME2 multi-vector fmla za.s[w9, 0, vgx4]
+        (0xA540A000, False),  # SVE ld1w {z0.s}, p0/z, [x0]
+        (0x4E20CC00, False),  # NEON fmla v0.4s
+        (0xD503201F, False),  # nop
+        (0xD50342DF, False),  # msr daifset, #2 (another MSR-immediate)
+        (0x00000000, False),  # udf
+    ],
+)
+def test_is_sme_decodes_the_sme_encoding_space(word: int, expected: bool) -> None:
+    assert is_sme(word) is expected
+
+
+def _block(pc: int, words: list[int], symbol: str = "") -> str:
+    lines = [f"0x{pc + 4 * i:016x}:  {word:08x}  insn" for i, word in enumerate(words)]
+    return "----------------\nIN: " + symbol + "\n" + "\n".join(lines) + "\n\n"
+
+
+def _trace(pc: int, symbol: str = "") -> str:
+    return f"Trace 0: 0x7f0000001000 [80081009331/{pc:016x}/00000001/00000200] {symbol}\n"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "qemu.log"
+    path.write_text(text)
+    return path
+
+
+def test_retranslated_block_counts_each_shape_for_its_own_executions(tmp_path: Path) -> None:
+    nop = 0xD503201F
+    text = _block(0x1000, [nop] * 4) + _trace(0x1000) * 3
+    text += _block(0x1000, [nop, SMSTART]) + _trace(0x1000) * 2  # smaller, now with SME
+    text += _block(0x1000, [nop] * 4) + _trace(0x1000)
+    result = count_instructions(_write(tmp_path, text))
+    assert result.total == 3 * 4 + 2 * 2 + 4
+    assert result.sme == 2
+    assert result.blocks == 6
+
+
+def test_same_shape_retranslation_keeps_counting(tmp_path: Path) -> None:
+    text = _block(0x2000, [ZERO_ZA, 0xD503201F]) + _trace(0x2000) * 5
+    text += _block(0x2000, [ZERO_ZA, 0xD503201F]) + _trace(0x2000) * 5
+    result = count_instructions(_write(tmp_path, text))
+    assert (result.total, result.sme, result.blocks) == (20, 10, 10)
+
+
+def test_blocks_outside_mappings_take_qemus_symbol(tmp_path: Path) -> None:
+    text = _block(0x400000, [0xD503201F] * 3, "main") + _trace(0x400000, "main") * 2
+    result = count_instructions(_write(tmp_path, text))
+    assert result.functions == {"main": 6}
+    assert result.libraries == {UNMAPPED: 6}
+
+
+def test_mapped_library_blocks_are_named_by_its_elf_symbols(
+    sme_program: Path, toolchain: QemuToolchain, tmp_path: Path
+) -> None:
+    library = sme_program.with_name("libsmeloop.so")
+    nm = str(toolchain.cc).removesuffix("gcc") + "nm"  # binutils of the same cross toolchain
+    symbols = subprocess.run([nm, str(library)], capture_output=True, text=True, check=True)
+    address = next(
+        int(line.split()[0], 16)
+        for line in symbols.stdout.splitlines()
+        if line.endswith(" sme_loop")
+    )
+    base = 0x5500000000
+    strace = (
+        f'77 openat(AT_FDCWD,"/somewhere/{library.name}",O_RDONLY|O_CLOEXEC) = 3\n'
+        f"77 mmap(0x{base:016x},65536,PROT_EXEC|PROT_READ,MAP_PRIVATE|MAP_FIXED,3,0)"
+        f" = 0x{base:016x}\n"
+        "77 close(3) = 0\n"
+        # fd 3 reused for something else executable: must not inherit the library's name
+        f"77 mmap(NULL,4096,PROT_EXEC|PROT_READ,MAP_PRIVATE,3,0) = 0x{0x6600000000:016x}\n"
+    )
+    text = strace + _block(base + address, [SMSTART, 0xD503201F]) + _trace(base + address) * 7
+    text += _block(0x6600000000, [0xD503201F]) + _trace(0x6600000000)
+    result = count_instructions(_write(tmp_path, text), [library])
+    assert result.functions == {"sme_loop": 14}
+    assert result.sme_functions == {"sme_loop": 7}
+    assert result.libraries == {library.name: 14, UNMAPPED: 1}
+
+
+def test_log_without_exec_lines_is_an_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, _block(0x1000, [0xD503201F]))
+    with pytest.raises(TraceError, match=r"no executed blocks.*-d in_asm,exec,nochain,strace"):
+        count_instructions(path)
+
+
+def test_missing_log_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot read the qemu log"):
+        count_instructions(tmp_path / "absent.log")
