@@ -1,0 +1,111 @@
+"""Charts as PNG bytes: category time SME2-off vs SME2-on, and per-run E2E latency.
+
+Why PNG through matplotlib's Agg canvas (no pyplot): no global figure state and no display
+needed, and a PNG embeds as a ``data:`` URI, so the charts survive ``--self-contained-html``, a
+copied report file and a CI artifact viewer alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from pytest_sme2.categories import CATEGORIES
+from pytest_sme2.measure import Measurement
+from pytest_sme2.report.content import case_title, latency_source, ordered_variants
+
+#: One colour per category, the same in every chart (colour-blind safe Tableau order).
+CATEGORY_COLOURS = {
+    "Convolution": "#4e79a7",
+    "GEMM": "#f28e2b",
+    "Data Movement": "#59a14f",
+    "Elementwise": "#e15759",
+    "Other": "#9c9c9c",
+}
+#: Segments below this share get no label (it would not fit).
+LABEL_MIN_SHARE = 0.04
+DPI = 100
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buffer)
+    return buffer.getvalue()
+
+
+def category_chart(m: Measurement) -> bytes:
+    """Stacked bars of mean ms per traced run by category, one bar per variant, % labels."""
+    variants = ordered_variants(m)
+    fig = Figure(figsize=(6.4, 4.2), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    x = np.arange(len(variants))
+    bottoms = np.zeros(len(variants))
+    for category in CATEGORIES:
+        values = np.array([m.variants[v].profile.categories_ms[category] for v in variants])
+        # Other is a residual: clock jitter can make it a hair negative; a bar cannot show that.
+        heights = np.clip(values, 0.0, None)
+        ax.bar(x, heights, 0.55, bottom=bottoms, label=category, color=CATEGORY_COLOURS[category])
+        for i, v in enumerate(variants):
+            share = m.variants[v].profile.shares[category]
+            if share >= LABEL_MIN_SHARE:
+                ax.text(
+                    x[i],
+                    bottoms[i] + heights[i] / 2,
+                    f"{values[i]:.3g} ms ({100 * share:.0f}%)",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
+                    fontweight="bold",
+                )
+        bottoms += heights
+    for i, v in enumerate(variants):
+        ax.text(
+            x[i],
+            bottoms[i],
+            f"E2E {m.variants[v].profile.latency.mean_ms:.3g} ms",
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
+    ax.set_xticks(x, [str(v) for v in variants])
+    ax.set_xlim(-0.75, len(variants) - 0.25)
+    ax.set_ylim(0, max(bottoms.max(), 1e-9) * 1.12)
+    ax.set_ylabel("ms per run (traced runs, mean)")
+    ax.set_title(f"Where the time goes: {case_title(m)}", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return _png(fig)
+
+
+def latency_chart(m: Measurement) -> bytes:
+    """Box plot with every run's E2E as a dot, one column per variant."""
+    variants = ordered_variants(m)
+    fig = Figure(figsize=(5.2, 4.2), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    samples = [np.asarray(m.variants[v].latencies_ms) for v in variants]
+    ax.boxplot(samples, positions=range(len(variants)), widths=0.5, showfliers=False)
+    jitter = np.random.default_rng(0)  # fixed: the same measurement draws the same picture
+    for i, data in enumerate(samples):
+        ax.scatter(i + jitter.uniform(-0.12, 0.12, data.size), data, s=14, alpha=0.7, zorder=3)
+    ax.set_xticks(range(len(variants)), [str(v) for v in variants])
+    ax.set_ylabel("E2E ms per run")
+    ax.set_xlabel(latency_source(m))
+    title = "E2E latency per run"
+    if not m.device.time_meaningful:
+        title += f"\n(time on {m.device.name} is not a performance signal)"
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def render_charts(m: Measurement) -> dict[str, bytes]:
+    """Every chart of a measurement, by file stem."""
+    return {"categories": category_chart(m), "latency": latency_chart(m)}
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")

@@ -1,0 +1,526 @@
+"""What every report says, as tables and sentences; ``markdown`` and ``html`` only render them.
+
+One function per statement a reader looks for (latency, categories, bottlenecks, delegation, SME2
+evidence, verdicts, recommendations), so report.md, the pytest-html extras and ``sme2 report``
+cannot disagree on a number. Values come from the analysis (``Profile``, ``Comparison``); nothing
+is recomputed here except sums and ratios of those values.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_sme2.analysis import DELEGATE_CALL, OTHER, Profile
+from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.gates import Status, Verdict
+from pytest_sme2.measure import Measurement
+from pytest_sme2.ops import parse_op_name
+from pytest_sme2.stats import LatencyStats
+
+#: An operator or category above this share of E2E is a bottleneck (the reference report's 5 %).
+BOTTLENECK_SHARE = 0.05
+#: Sub-categories of GEMM-like work that XNNPACK can run on SME2 packed-LHS kernels.
+SME_CAPABLE_SUBCATEGORIES = frozenset({"convolution", "fully connected", "batch matmul"})
+
+
+@dataclass(frozen=True)
+class Table:
+    """A small table of already formatted cells, rendered to markdown or HTML."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def markdown(self) -> str:
+        def line(cells: Sequence[str]) -> str:
+            return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+        align = [
+            "---" if i == 0 else "---:" if _numeric(self, i) else "---"
+            for i in range(len(self.headers))
+        ]
+        return "\n".join(
+            [line(self.headers), "| " + " | ".join(align) + " |", *map(line, self.rows)]
+        )
+
+    def html(self, css_class: str = "sme2-table") -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows
+        )
+        return (
+            f'<table class="{css_class}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+        )
+
+
+def _numeric(table: Table, column: int) -> bool:
+    """Right-align a column whose cells all start like a number ("1.23", "45.6%", "2.10×")."""
+    cells = [row[column] for row in table.rows if row[column] not in ("", "—")]
+    return bool(cells) and all(c[:1].isdigit() or c[:1] in "-+" for c in cells)
+
+
+def ms(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def pct(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+def ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def headline_variant(m: Measurement) -> Variant:
+    """The variant a single number describes: SME2-on where measured (what ships), else off."""
+    return Variant.ON if Variant.ON in m.variants else Variant.OFF
+
+
+def ordered_variants(m: Measurement) -> list[Variant]:
+    """Measured variants, SME2-off first: reports read "before → after"."""
+    return [v for v in (Variant.OFF, Variant.ON) if v in m.variants]
+
+
+def case_title(m: Measurement) -> str:
+    threads = "" if m.threads == 1 else f", {m.threads} threads"
+    return f"{m.model}[{m.dtype}] on {m.device.name}{threads}"
+
+
+def timing_stats(m: Measurement, variant: Variant) -> LatencyStats:
+    """Statistics of the variant's latencies (timing-only runs; see ``latency_source``)."""
+    return LatencyStats.of(m.variants[variant].latencies_ms)
+
+
+def latency_source(m: Measurement) -> str:
+    """Where the latencies come from: timing-only runs, or (for traces made elsewhere, which
+    have no ``timing_runs``) the traced runs' E2E, which include the event tracer's cost."""
+    if all(vm.timing_runs for vm in m.variants.values()):
+        return "timing-only runs"
+    return "traced runs' E2E (no timing-only runs; includes tracing overhead)"
+
+
+def single_variant_note(m: Measurement) -> str | None:
+    """Why there is no on/off comparison, when the device ran one variant only."""
+    if m.comparison is not None:
+        return None
+    (only,) = m.variants
+    missing = Variant.ON if only is Variant.OFF else Variant.OFF
+    reason = m.device.limits.get("speedup") or (
+        f"{m.device.name} has no SME2" if not m.device.has_sme2 else f"{missing} was not run"
+    )
+    return (
+        f"Only {only} was measured ({reason}): there is no {missing} variant, so no speedup, "
+        "no per-category acceleration and no bottleneck shift to report."
+    )
+
+
+def speedup_text(m: Measurement) -> str:
+    """The speedup with its interval, or why there is none."""
+    comparison = m.comparison
+    if comparison is None:
+        return "—"
+    if not m.device.time_meaningful:
+        return "n/a (" + m.device.limits.get("speedup", "time not meaningful") + ")"
+    return comparison.speedup.describe()
+
+
+def verdict_word(verdicts: Sequence[Verdict]) -> str:
+    """ "pass" / "FAIL (n)", plus how many gates the device could not judge."""
+    failed = sum(v.status is Status.FAIL for v in verdicts)
+    skipped = sum(v.status is Status.SKIP for v in verdicts)
+    word = f"FAIL ({failed})" if failed else ("pass" if verdicts else "not judged")
+    return word + (f", {skipped} skipped" if skipped else "")
+
+
+def metadata_table(m: Measurement) -> Table:
+    rows = [
+        ("model", m.model),
+        ("dtype", m.dtype),
+        ("threads", str(m.threads)),
+        ("device", m.device.name),
+        ("has SME2", "yes" if m.device.has_sme2 else "no"),
+        ("variants measured", ", ".join(str(v) for v in ordered_variants(m))),
+        ("time meaningful", "yes" if m.device.time_meaningful else "no"),
+        ("on/off interleaved", "yes" if m.interleaved else "no"),
+    ]
+    for variant in ordered_variants(m):
+        vm = m.variants[variant]
+        timing = f"{len(vm.latencies_ms)} timing-only, " if vm.timing_runs else ""
+        rows.append(
+            (
+                f"runs ({variant})",
+                f"{timing}{vm.profile.runs} traced (+{vm.profile.warmup} traced warm-up dropped)",
+            )
+        )
+    rows += [(f"fingerprint: {k}", v) for k, v in sorted(m.device.fingerprint.items())]
+    return Table(("", "value"), tuple(rows))
+
+
+def latency_table(m: Measurement) -> Table:
+    """Timing-only E2E per variant: median, mean, min, max, std, CV, and the median speedup."""
+    rows = []
+    for variant in ordered_variants(m):
+        s = timing_stats(m, variant)
+        rows.append(
+            (
+                str(variant),
+                str(s.count),
+                ms(s.median_ms),
+                ms(s.mean_ms),
+                ms(s.min_ms),
+                ms(s.max_ms),
+                ms(s.std_ms),
+                f"{s.cv_percent:.1f}%",
+            )
+        )
+    headers = ("variant", "runs", "median ms", "mean ms", "min ms", "max ms", "std ms", "CV")
+    return Table(headers, tuple(rows))
+
+
+def category_table(m: Measurement) -> Table:
+    """Mean ms per traced run and share of E2E per category; with both variants, the speedup
+    (off ÷ on) and the share change in points."""
+    comparison = m.comparison
+    if comparison is None:
+        prof = m.variants[headline_variant(m)].profile
+        shares = prof.shares
+        rows = [(c, ms(prof.categories_ms[c]), pct(shares[c])) for c in CATEGORIES]
+        rows.append(("E2E (mean)", ms(prof.latency.mean_ms), pct(1.0)))
+        return Table(("category", "ms/run", "share"), tuple(rows))
+    off, on = comparison.off, comparison.on
+    off_shares, on_shares = off.shares, on.shares
+    speedups = comparison.category_speedups
+    rows = [
+        (
+            c,
+            ms(off.categories_ms[c]),
+            pct(off_shares[c]),
+            ms(on.categories_ms[c]),
+            pct(on_shares[c]),
+            ratio(speedups[c]),
+            f"{100 * (on_shares[c] - off_shares[c]):+.1f}",
+        )
+        for c in CATEGORIES
+    ]
+    e2e_speedup = off.latency.mean_ms / on.latency.mean_ms if on.latency.mean_ms else None
+    rows.append(
+        (
+            "E2E (mean)",
+            ms(off.latency.mean_ms),
+            pct(1.0),
+            ms(on.latency.mean_ms),
+            pct(1.0),
+            ratio(e2e_speedup),
+            "",
+        )
+    )
+    headers = (
+        "category",
+        f"{Variant.OFF} ms/run",
+        f"{Variant.OFF} share",
+        f"{Variant.ON} ms/run",
+        f"{Variant.ON} share",
+        "speedup",
+        "share Δ (points)",
+    )
+    return Table(headers, tuple(rows))
+
+
+def acceleration_lines(m: Measurement) -> list[str]:
+    """Per-category acceleration, largest first, and where the biggest share moved."""
+    comparison = m.comparison
+    if comparison is None:
+        return []
+    speedups = comparison.category_speedups
+    lines = []
+    for c in sorted((c for c in CATEGORIES if c != OTHER), key=lambda c: -(speedups[c] or 0.0)):
+        off_ms, on_ms = comparison.off.categories_ms[c], comparison.on.categories_ms[c]
+        if off_ms <= 0 and on_ms <= 0:
+            continue
+        lines.append(f"{c}: {ms(off_ms)} → {ms(on_ms)} ms/run ({ratio(speedups[c])})")
+    off_top = _top_category(comparison.off)
+    on_top = _top_category(comparison.on)
+    if off_top != on_top:
+        lines.append(
+            f"Bottleneck shift: the largest category was {off_top} "
+            f"({pct(comparison.off.shares[off_top])}) with {Variant.OFF} and is {on_top} "
+            f"({pct(comparison.on.shares[on_top])}) with {Variant.ON}."
+        )
+    else:
+        lines.append(
+            f"No bottleneck shift: {on_top} stays the largest category "
+            f"({pct(comparison.off.shares[on_top])} → {pct(comparison.on.shares[on_top])})."
+        )
+    return lines
+
+
+def _top_category(prof: Profile) -> str:
+    shares = prof.shares
+    return max(CATEGORIES, key=lambda c: shares[c])
+
+
+def operator_table(m: Measurement, variant: Variant, operators: Sequence | None = None) -> Table:
+    """Operators (default: the top 10 by time) with count, total, share of E2E and delegation;
+    with both variants, the other variant's ms/run of the same operator kind (matched with
+    ``OpName.unpacked_key``, summed when several names match) and the speedup off ÷ on."""
+    prof = m.variants[variant].profile
+    ops = prof.top_operators(10) if operators is None else operators
+    comparison = m.comparison
+    mine: dict[str, float] = {}
+    theirs: dict[str, float] = {}
+    if comparison is not None:
+        other_prof = comparison.off if variant is Variant.ON else comparison.on
+        for source, into in ((prof, mine), (other_prof, theirs)):
+            for op in source.operators:
+                key = parse_op_name(op.name).unpacked_key
+                into[key] = into.get(key, 0.0) + op.per_run_ms
+    rows = []
+    for op in ops:
+        row = [
+            op.name,
+            op.category,
+            f"{op.count / prof.runs:g}",
+            ms(op.total_ms),
+            ms(op.per_run_ms),
+            pct(op.share),
+            "yes" if op.delegated else "no",
+        ]
+        if comparison is not None:
+            key = parse_op_name(op.name).unpacked_key
+            other_ms = theirs.get(key)
+            off_ms, on_ms = (
+                (mine[key], other_ms) if variant is Variant.OFF else (other_ms, mine[key])
+            )
+            row.append("—" if other_ms is None else ms(other_ms))
+            row.append(ratio(off_ms / on_ms if off_ms is not None and on_ms else None))
+        rows.append(tuple(row))
+    headers = ["operator", "category", "count/run", "total ms", "ms/run", "share", "delegated"]
+    if comparison is not None:
+        other_variant = Variant.OFF if variant is Variant.ON else Variant.ON
+        headers += [f"{other_variant} ms/run", "speedup"]
+    return Table(tuple(headers), tuple(rows))
+
+
+def bottlenecks(m: Measurement, variant: Variant) -> tuple:
+    """Operators above ``BOTTLENECK_SHARE`` of E2E, largest first."""
+    return tuple(op for op in m.variants[variant].profile.operators if op.share > BOTTLENECK_SHARE)
+
+
+def non_delegated(m: Measurement, variant: Variant) -> tuple:
+    return tuple(op for op in m.variants[variant].profile.operators if not op.delegated)
+
+
+def delegation_table(m: Measurement) -> Table:
+    """Time inside delegate calls vs in ExecuTorch's own kernels (``OPERATOR_CALL``) per run."""
+    rows = []
+    for variant in ordered_variants(m):
+        prof = m.variants[variant].profile
+        e2e = prof.latency.mean_ms
+        rows.append(
+            (
+                str(variant),
+                ms(prof.delegated_ms),
+                pct(prof.delegated_ms / e2e if e2e else 0.0),
+                ms(prof.non_delegated_ms),
+                pct(prof.non_delegated_ms / e2e if e2e else 0.0),
+                f"{delegate_calls_per_run(m, variant):g}",
+                str(len(non_delegated(m, variant))),
+            )
+        )
+    headers = (
+        "variant",
+        "delegated ms/run",
+        "delegated share",
+        "non-delegated ms/run",
+        "non-delegated share",
+        "delegate calls/run",
+        "non-delegated operator kinds",
+    )
+    return Table(headers, tuple(rows))
+
+
+def delegate_calls_per_run(m: Measurement, variant: Variant) -> float:
+    """How many ``DELEGATE_CALL``s a kept run makes: more than one means a split graph."""
+    vm = m.variants[variant]
+    kept = vm.trace.runs[vm.profile.warmup :]
+    calls = sum(1 for run in kept for e in run.events if e.name == DELEGATE_CALL)
+    return calls / len(kept)
+
+
+def evidence_lines(m: Measurement) -> list[str]:
+    """What the traces prove about SME2: packed operator names per variant, and what they cannot."""
+    lines = []
+    for variant in ordered_variants(m):
+        packed = m.variants[variant].profile.packed_operators
+        lines.append(
+            f"{variant}: "
+            + (
+                f"{len(packed)} packed SME operator kind(s): {', '.join(packed)}"
+                if packed
+                else "no packed SME operator (PF32/PF16/PQS8 …) in the trace"
+            )
+        )
+    if not m.device.has_sme2:
+        lines.append(
+            f"{m.device.name} has no SME2 "
+            f"({m.device.limits.get('sme2', 'not reported by the CPU')}): "
+            "no SME2 kernel can run; packed names in the trace would mean a broken variant."
+        )
+    elif Variant.ON in m.variants:
+        on_packed = m.variants[Variant.ON].profile.packed_operators
+        off_packed = (
+            m.variants[Variant.OFF].profile.packed_operators if Variant.OFF in m.variants else ()
+        )
+        if on_packed and not off_packed:
+            lines.append(
+                "SME2 kernels ran with SME2 on and none with SME2 off: "
+                "the variants differ as intended."
+            )
+        elif not on_packed:
+            lines.append(
+                "With SME2 on no operator took the packed SME path "
+                "(dtype or operators not SME-capable)."
+            )
+        else:
+            lines.append(
+                "Packed SME operators also ran with SME2 off: the off variant is not SME-free."
+            )
+    lines.append(
+        "Kernel names: release builds of XNNPACK log none; operator datatypes are the evidence. "
+        "Dynamic int8 (QP8) names look alike with and without SME."
+    )
+    return lines
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> Table:
+    rows = tuple(
+        (
+            v.gate,
+            v.status.value,
+            v.message + ("".join(f"\n  {d}" for d in v.details) if v.details else ""),
+        )
+        for v in verdicts
+    )
+    return Table(("gate", "status", "verdict"), rows)
+
+
+def recommendations(m: Measurement) -> list[str]:
+    """Advice derived from the numbers, each sentence carrying the numbers that triggered it."""
+    variant = headline_variant(m)
+    vm = m.variants[variant]
+    prof = vm.profile
+    shares = prof.shares
+    per_run = {op.name: op.count / prof.runs for op in prof.operators}
+    advice = []
+
+    dm_ops = [op for op in prof.operators if op.category == DATA_MOVEMENT]
+    transposes = [op for op in dm_ops if op.subcategory == "transpose"]
+    transposes_per_run = sum(per_run[op.name] for op in transposes)
+    transpose_share = sum(op.share for op in transposes)
+    if shares[DATA_MOVEMENT] >= 0.15 or (
+        transposes_per_run >= 4 and transpose_share >= BOTTLENECK_SHARE
+    ):
+        top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
+        advice.append(
+            f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
+            f"{transposes_per_run:g} transposes per run ({pct(transpose_share)}); top: {top}. Keep "
+            "tensors in one layout end to end (channels-last / NHWC), fold permutes into the "
+            "neighbouring operators and avoid reshape↔permute chains around attention."
+        )
+
+    outside = non_delegated(m, variant)
+    if prof.latency.mean_ms and prof.non_delegated_ms / prof.latency.mean_ms >= BOTTLENECK_SHARE:
+        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} ms/run)" for op in outside[:4])
+        advice.append(
+            f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
+            f"({ms(prof.non_delegated_ms)} ms/run): {names}. Make these operators delegable "
+            "(a supported op or dtype, or a decomposition XNNPACK lowers), or they stay on "
+            "ExecuTorch's own kernels with no SME2."
+        )
+
+    calls = delegate_calls_per_run(m, variant)
+    if calls > 1:
+        advice.append(
+            f"The graph is split into {calls:g} delegate calls per run: every split point copies "
+            "tensors and pays dispatch overhead; the non-delegated operators between them cause it."
+        )
+
+    if Variant.ON in m.variants and m.device.has_sme2:
+        unpacked = [
+            op
+            for op in m.variants[Variant.ON].profile.operators
+            if op.subcategory in SME_CAPABLE_SUBCATEGORIES
+            and not op.packed
+            and op.share >= BOTTLENECK_SHARE
+        ]
+        if unpacked:
+            names = ", ".join(f"{op.name} ({pct(op.share)})" for op in unpacked[:4])
+            advice.append(
+                "GEMM-like operators that did not take the SME2 packed path with SME2 on: "
+                f"{names}. "
+                "Check their dtype (fp32/fp16/static int8 pack; dynamic int8 QP8 cannot show it)."
+            )
+
+    comparison = m.comparison
+    if comparison is not None and m.device.time_meaningful:
+        matmul_off = comparison.off.shares[CONVOLUTION] + comparison.off.shares[GEMM]
+        bound = 1 / (1 - matmul_off) if matmul_off < 1 else None
+        s = comparison.speedup.value
+        if s < 1.2:
+            advice.append(
+                f"SME2 speedup is only {s:.2f}×: Convolution + GEMM were {pct(matmul_off)} of E2E "
+                f"with SME2 off, so even infinitely fast matrix kernels give at most "
+                f"{ratio(bound) if bound else 'an unbounded'} (Amdahl). "
+                "The rest of the model decides latency."
+            )
+
+    matmul_share = shares[CONVOLUTION] + shares[GEMM]
+    if matmul_share >= 0.6:
+        advice.append(
+            f"Still compute-bound ({variant}): Convolution + GEMM are {pct(matmul_share)} of E2E. "
+            "Lower precision (fp16, int8) or a smaller model moves latency most; "
+            "layout work is minor."
+        )
+    if shares[ELEMENTWISE] >= 0.2:
+        advice.append(
+            f"Elementwise is {pct(shares[ELEMENTWISE])} of E2E: fuse activations and bias adds "
+            "into the preceding convolution / linear (XNNPACK fuses clamp-like activations)."
+        )
+    if shares[OTHER] >= 0.2:
+        advice.append(
+            f"Other is {pct(shares[OTHER])} of E2E ({ms(prof.categories_ms[OTHER])} ms/run): "
+            "pooling, normalization, softmax, reductions and framework overhead (time in no "
+            "classified operator). Check the operator table for the largest Other entries."
+        )
+    return advice or ["Nothing stands out: no category or operator crosses the thresholds above."]
+
+
+def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
+    """One test as the session tables show it: case, E2E medians, speedup, the top
+    category of the headline variant and the verdict."""
+    head = headline_variant(m)
+    shares = m.variants[head].profile.shares
+    top = max(CATEGORIES, key=lambda c: shares[c])
+
+    def median(variant: Variant) -> str:
+        return ms(timing_stats(m, variant).median_ms) if variant in m.variants else "—"
+
+    return {
+        "model": m.model,
+        "dtype": m.dtype,
+        "device": m.device.name + (f" t{m.threads}" if m.threads != 1 else ""),
+        "E2E off ms": median(Variant.OFF),
+        "E2E on ms": median(Variant.ON),
+        "speedup": speedup_text(m),
+        "top category": f"{top} {100 * shares[top]:.0f}% ({head})",
+        "verdict": verdict_word(verdicts),
+    }
+
+
+def skipped_reasons(verdict_lists: Sequence[Sequence[Verdict]]) -> list[str]:
+    """Distinct reasons of skipped gates over a session, sorted."""
+    return sorted({v.message for vs in verdict_lists for v in vs if v.status is Status.SKIP})

@@ -1,0 +1,167 @@
+"""pytest hooks that present results: per-test artifacts + report.md + pytest-html extras after
+each measured test, extra result-table columns, and the session report.md.
+
+The plugin registers one ``ReportPlugin`` per session at configure time. It reads what the
+fixtures left in the item's stash (measurement, verdicts); nothing here measures or judges.
+Under pytest-xdist the workers write the per-test files and the controller writes the session
+report, reloading each remote test from its ``manifest.json`` (the report attribute
+``sme2_artifacts`` carries the directory across processes).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sme2.cache import write_atomic
+from pytest_sme2.keys import MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
+
+SESSION_REPORT_NAME = "report.md"
+
+
+class ReportPlugin:
+    """Per-session state: the tests measured in this process and every test's artifact dir."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.local: dict[str, tuple[Any, tuple[Any, ...]]] = {}  # nodeid → (measurement, verdicts)
+        self.dirs: dict[str, Path] = {}  # nodeid → artifact dir, from this process or xdist workers
+        self.session_report: Path | None = None
+        # Terminal rows travel on the test reports, so the xdist controller gets them too.
+        self.summary_rows: list[dict[str, str]] = []
+        self.skipped: set[str] = set()
+
+    def _manifest_config(self, item: pytest.Item, threads: int) -> dict[str, Any]:
+        """The settings that shaped this measurement, for manifest.json."""
+        config: dict[str, Any] = {"nodeid": item.nodeid}
+        settings = self.config.stash.get(SETTINGS_KEY, None)
+        if settings is not None:
+            config |= {
+                "device": settings.device,
+                **asdict(settings.plan),
+                "threads": threads,
+                "tolerances": asdict(settings.tolerances),
+                "baseline_dir": str(settings.baseline_dir),
+                "update_baselines": settings.update_baselines,
+                "strict": settings.strict,
+            }
+        return config
+
+    def _href(self, path: Path) -> str:
+        """A link from the HTML report to ``path``: relative to the report file when there is
+        one (the pair stays valid when copied together), else an absolute file URI."""
+        html_path = getattr(self.config.option, "htmlpath", None)
+        if html_path:
+            return os.path.relpath(path.resolve(), Path(html_path).resolve().parent)
+        return path.resolve().as_uri()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if report.when != "call" or MEASUREMENT_KEY not in item.stash:
+            return report
+        from pytest_sme2.report.artifacts import write_artifacts
+        from pytest_sme2.report.charts import render_charts
+        from pytest_sme2.report.content import skipped_reasons, summary_row
+        from pytest_sme2.report.html import extra_html, row_cells
+
+        m = item.stash[MEASUREMENT_KEY]
+        verdicts = item.stash.get(VERDICTS_KEY, ())
+        charts = render_charts(m)
+        links: list[tuple[str, str]] = []
+        directory = getattr(item, "funcargs", {}).get("sme2_artifacts_dir")
+        if isinstance(directory, Path):
+            settings = self.config.stash.get(SETTINGS_KEY, None)
+            try:
+                written = write_artifacts(
+                    m,
+                    verdicts,
+                    directory,
+                    config=self._manifest_config(item, m.threads),
+                    charts=charts,
+                    classifier=settings.classifier if settings is not None else None,
+                    title=item.nodeid,
+                )
+            except OSError as err:  # a full disk must not hide the test's own result
+                warnings.warn(
+                    f"pytest-sme2: cannot write the report files of {item.nodeid} to "
+                    f"{directory}: {err}",
+                    pytest.PytestWarning,
+                    stacklevel=1,
+                )
+            else:
+                links = [(label, self._href(path)) for label, path in written.links()]
+                report.sme2_artifacts = str(directory)
+                self.local[item.nodeid] = (m, verdicts)
+        report.sme2_cells = row_cells(m)
+        report.sme2_summary = summary_row(m, verdicts)
+        report.sme2_skipped = skipped_reasons([verdicts])
+        html_plugin = self.config.pluginmanager.getplugin("html")
+        if html_plugin is not None:
+            extra = html_plugin.extras.html(extra_html(m, verdicts, charts, links))
+            report.extras = [*getattr(report, "extras", []), extra]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        directory = getattr(report, "sme2_artifacts", None)
+        if directory:
+            self.dirs[report.nodeid] = Path(directory)
+        row = getattr(report, "sme2_summary", None)
+        if row:
+            self.summary_rows.append(row)
+            self.skipped.update(getattr(report, "sme2_skipped", ()))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        from pytest_sme2.report.html import COLUMNS
+
+        for offset, (title, column) in enumerate(COLUMNS):
+            cells.insert(2 + offset, f'<th class="col-{column}">{title}</th>')
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        from pytest_sme2.report.html import COLUMNS
+
+        values = getattr(report, "sme2_cells", {})
+        for offset, (_, column) in enumerate(COLUMNS):
+            value = html.escape(values.get(column, ""))
+            cells.insert(2 + offset, f'<td class="col-{column}">{value}</td>')
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Write the session report.md above the device folders (not on xdist workers)."""
+        if hasattr(self.config, "workerinput") or not self.dirs:
+            return
+        from pytest_sme2.report.artifacts import MANIFEST_NAME, REPORT_NAME
+        from pytest_sme2.report.markdown import SessionEntry, session_report
+        from pytest_sme2.report.rundir import load_test_dir
+
+        entries = []
+        for nodeid, directory in self.dirs.items():
+            if nodeid in self.local:
+                m, verdicts = self.local[nodeid]
+            else:
+                m, verdicts = load_test_dir(directory / MANIFEST_NAME)
+            entries.append(SessionEntry(nodeid, m, tuple(verdicts), directory / REPORT_NAME))
+        # Test dirs are <root>/<device>/<case> (the sme2_artifacts_dir fixture): report in root.
+        root = next(iter(self.dirs.values())).parent.parent
+        self.session_report = root / SESSION_REPORT_NAME
+        write_atomic(self.session_report, session_report(entries, base=root))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_sme2.report.terminal import summary_lines
+
+        if not self.summary_rows:
+            return
+        terminalreporter.section("pytest-sme2")
+        for line in summary_lines(self.summary_rows, sorted(self.skipped)):
+            terminalreporter.write_line(line)
+        if self.session_report is not None:
+            terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")

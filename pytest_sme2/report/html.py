@@ -1,0 +1,118 @@
+"""pytest-html content: the per-test extra (charts, tables, evidence, verdicts, links) and the
+extra result-table cells (device, model, dtype, E2E on/off, speedup).
+
+The extra is one HTML block rather than pytest-html image extras: pytest-html shows image extras
+one at a time in a media viewer, while a reviewer wants both charts next to the tables. Charts are
+``data:`` URIs, so ``--self-contained-html`` keeps them.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+from pytest_sme2.gates import Verdict
+from pytest_sme2.measure import Measurement
+from pytest_sme2.report import content as c
+from pytest_sme2.report.charts import data_uri
+
+#: Extra result-table columns: (header, CSS column name), in order.
+COLUMNS = (
+    ("Device", "sme2-device"),
+    ("Model", "sme2-model"),
+    ("Dtype", "sme2-dtype"),
+    ("E2E off (ms)", "sme2-e2e-off"),
+    ("E2E on (ms)", "sme2-e2e-on"),
+    ("Speedup", "sme2-speedup"),
+)
+
+_STYLE = (
+    "<style>.sme2-report{font-family:sans-serif;font-size:13px;margin:6px 0}"
+    ".sme2-report h3{margin:6px 0}.sme2-report h4{margin:10px 0 4px}"
+    ".sme2-charts{display:flex;flex-wrap:wrap;gap:12px}"
+    ".sme2-chart{max-width:100%;border:1px solid #ddd}"
+    ".sme2-table{border-collapse:collapse;margin:4px 0}"
+    ".sme2-table td,.sme2-table th{border:1px solid #ccc;padding:2px 6px;text-align:left;"
+    "white-space:pre-wrap}.sme2-note{background:#fff6d5;padding:4px 8px}</style>"
+)
+
+
+def row_cells(m: Measurement) -> dict[str, str]:
+    """Values of the extra columns, keyed by CSS column name."""
+    row = c.summary_row(m, ())
+    speedup = m.comparison
+    return {
+        "sme2-device": row["device"],
+        "sme2-model": m.model,
+        "sme2-dtype": m.dtype,
+        "sme2-e2e-off": row["E2E off ms"],
+        "sme2-e2e-on": row["E2E on ms"],
+        "sme2-speedup": (
+            f"{speedup.speedup.value:.2f}×"
+            if speedup is not None and m.device.time_meaningful
+            else "—"
+        ),
+    }
+
+
+def _list(lines: Sequence[str]) -> str:
+    return "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
+
+
+def extra_html(
+    m: Measurement,
+    verdicts: Sequence[Verdict],
+    charts: Mapping[str, bytes],
+    links: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The HTML block shown under a test's row: ``links`` are (label, href) pairs."""
+    head = c.headline_variant(m)
+    parts = [
+        _STYLE,
+        '<div class="sme2-report">',
+        f"<h3>{html.escape(c.case_title(m))}: {html.escape(c.verdict_word(verdicts))}</h3>",
+    ]
+    note = c.single_variant_note(m)
+    if note:
+        parts.append(f'<p class="sme2-note">{html.escape(note)}</p>')
+    elif m.comparison is not None:
+        parts.append(f"<p>SME2 speedup: {html.escape(c.speedup_text(m))}</p>")
+    parts.append('<div class="sme2-charts">')
+    for name, png in charts.items():
+        parts.append(
+            f'<img class="sme2-chart" data-chart="{html.escape(name)}" '
+            f'alt="{html.escape(name)} chart" '
+            f'src="{data_uri(png)}">'
+        )
+    parts.append("</div>")
+    parts.append(
+        f"<h4>Latency ({html.escape(c.latency_source(m))})</h4>" + c.latency_table(m).html()
+    )
+    parts.append("<h4>Categories (mean ms per traced run)</h4>" + c.category_table(m).html())
+    parts.append(
+        f"<h4>Top operators by share of E2E ({head})</h4>" + c.operator_table(m, head).html()
+    )
+    outside = c.non_delegated(m, head)
+    parts.append(
+        f"<h4>Non-delegated operators ({head})</h4>"
+        + (
+            c.operator_table(m, head, outside).html()
+            if outside
+            else "<p>None: every operator is delegated.</p>"
+        )
+    )
+    parts.append("<h4>Delegated vs non-delegated</h4>" + c.delegation_table(m).html())
+    parts.append("<h4>SME2 evidence</h4>" + _list(c.evidence_lines(m)))
+    parts.append(
+        "<h4>Gate verdicts</h4>"
+        + (c.verdict_table(verdicts).html() if verdicts else "<p>No gate was judged.</p>")
+    )
+    parts.append("<h4>Recommendations</h4>" + _list(c.recommendations(m)))
+    if links:
+        items = "".join(
+            f'<li><a href="{html.escape(href)}">{html.escape(label)}</a></li>'
+            for label, href in links
+        )
+        parts.append(f"<h4>Artifacts</h4><ul>{items}</ul>")
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,0 +1,22 @@
+"""The end-of-session terminal table: one row per judged test.
+
+Columns: model, dtype, device, E2E median SME2-off / SME2-on (timing-only runs), speedup with its
+95 % interval (or why there is none), the top category of the headline variant (SME2-on where
+measured: the picture after SME2) with its share, and the verdict with skipped gates counted.
+Below the table, each distinct reason a gate was skipped, once. Rows are built per test
+(``content.summary_row``) and carried on the test reports, so this works under pytest-xdist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def summary_lines(rows: Sequence[dict[str, str]], skipped: Sequence[str]) -> list[str]:
+    """The table as text lines."""
+    import pandas as pd  # deferred: only runs at session end
+
+    if not rows:
+        return []
+    lines = pd.DataFrame(list(rows)).to_string(index=False).splitlines()
+    return lines + [f"skipped gate: {reason}" for reason in skipped]

@@ -1,0 +1,166 @@
+"""End to end: an inner pytest measures a tiny real model with ``--html --self-contained-html``,
+then headless Chromium opens the report and says whether every chart rendered and the tables
+are there. This is what a reviewer sees when CI fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_sme2.cache import cache_root
+
+pytest_plugins = ["pytester"]
+
+#: Resolved at import, before pytester points HOME at a temporary directory: the inner run
+#: reuses the real export and runner caches.
+CACHE = cache_root()
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+INNER_CONFTEST = '''
+import torch
+from torch import nn
+
+from pytest_sme2 import register_model
+
+
+class Tiny(nn.Module):
+    """conv → permute (a transpose) → linear: three categories in a few microseconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.fc = nn.Linear(16 * 32 * 32, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).permute(0, 2, 3, 1).reshape(1, -1))
+
+
+def tiny_inputs(seed):
+    return (torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(seed)),)
+
+
+@register_model("report_tiny", inputs=tiny_inputs, dtypes=("fp32",))
+def report_tiny():
+    """A tiny model for the report's end-to-end test."""
+    torch.manual_seed(0)
+    return Tiny().eval()
+'''
+
+INNER_TEST = """
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
+
+# Runs in the page after pytest-html has built it: waits until every chart image has loaded,
+# then writes "name,naturalWidth,naturalHeight,renderedWidth,renderedHeight;..." into the DOM.
+PROBE = """<script>
+window.addEventListener('load', () => {
+  const poll = () => {
+    const images = [...document.querySelectorAll('img.sme2-chart')];
+    if (!images.length || images.some(image => !image.complete)) { setTimeout(poll, 50); return; }
+    const pre = document.createElement('pre');
+    pre.id = 'sme2-probe';
+    pre.textContent = images.map(image => {
+      const box = image.getBoundingClientRect();
+      return [image.dataset.chart, image.naturalWidth, image.naturalHeight,
+              Math.round(box.width), Math.round(box.height)].join(',');
+    }).join(';');
+    document.body.appendChild(pre);
+  };
+  poll();
+});
+</script>"""
+
+
+def dump_dom(browser: str, page: Path, profile: Path) -> str:
+    """The DOM after the page's scripts ran. ``?collapsed=`` opens every result row."""
+    proc = subprocess.run(
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            page.as_uri() + "?collapsed=",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_html_report_renders_in_headless_chromium(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed: run scripts/install_chromium.sh")
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(test_tiny=INNER_TEST)
+    artifacts = tmp_path / "artifacts"
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--sme2-runs=4",
+        "--sme2-rounds=2",
+        "--sme2-traced-runs=2",
+        "--sme2-warmup=1",
+        "--sme2-models=report_tiny",
+        "--sme2-dtypes=fp32",
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        "--sme2-update-baselines",
+        f"--sme2-artifacts={artifacts}",
+        "--html=report.html",
+        "--self-contained-html",
+        timeout=600,
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"pytest-sme2 session report: {artifacts / 'report.md'}"])
+
+    # The files the report links to exist, and the session report lists the test.
+    case = artifacts / "host" / "report_tiny-fp32"
+    manifest = json.loads((case / "manifest.json").read_text())
+    assert manifest["config"]["runs"] == 4 and manifest["config"]["traced_runs"] == 2
+    assert (case / "report_tiny_xnnpack_fp32_host_sme2_off_t1.etdump").is_file()
+    nodeid = "test_tiny.py::test_model[report_tiny-fp32]"
+    assert (case / "report.md").read_text().startswith(f"# SME2 report: {nodeid}\n")
+    assert f"## SME2 report: {nodeid}" in (artifacts / "report.md").read_text()
+
+    # Headless Chromium: every chart decoded and laid out with a non-zero size, tables present.
+    html = (pytester.path / "report.html").read_text()
+    probe_page = tmp_path / "probe.html"
+    probe_page.write_text(html.replace("</body>", PROBE + "</body>"))
+    dom = dump_dom(browser, probe_page, tmp_path / "chromium-profile")
+    match = re.search(r'<pre id="sme2-probe">([^<]*)</pre>', dom)
+    assert match, "the probe never ran: no chart image found or the page did not load"
+    charts = {}
+    for entry in match.group(1).split(";"):
+        name, *sizes = entry.split(",")
+        charts[name] = tuple(int(v) for v in sizes)
+    assert set(charts) == {"categories", "latency"}
+    for name, (natural_w, natural_h, shown_w, shown_h) in charts.items():
+        assert min(natural_w, natural_h, shown_w, shown_h) > 0, name
+    assert dom.count('class="sme2-table"') >= 5
+    for header in ("Device", "Model", "Dtype", "E2E off (ms)", "E2E on (ms)", "Speedup"):
+        assert re.search(rf'<th class="col-sme2-[\w-]+">{re.escape(header)}</th>', dom), header
+    assert '<td class="col-sme2-model">report_tiny</td>' in dom
+    assert "Only sme2-off was measured" in dom  # x86 host: one variant, said once

@@ -1,0 +1,93 @@
+"""pytest-html content, charts and the terminal table, from hand-made measurements."""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+
+import pytest
+
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.gates import Status, Verdict
+from pytest_sme2.report import content
+from pytest_sme2.report.charts import DPI, data_uri, render_charts
+from pytest_sme2.report.content import skipped_reasons, summary_row
+from pytest_sme2.report.html import COLUMNS, extra_html, row_cells
+from pytest_sme2.report.terminal import summary_lines
+from pytest_sme2.stats import LatencyStats
+from tests.measurements import HOST, SME2_DEVICE, measurement
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    assert png.startswith(PNG_SIGNATURE)
+    width, height = struct.unpack(">II", png[16:24])  # IHDR comes first
+    return width, height
+
+
+@pytest.mark.parametrize("device", [HOST, SME2_DEVICE], ids=lambda d: d.name)
+def test_charts_are_pngs_of_their_figure_size(device):
+    charts = render_charts(measurement(device))
+    assert set(charts) == {"categories", "latency"}
+    for png in charts.values():
+        width, height = png_size(png)
+        assert width >= 4 * DPI and height >= 4 * DPI
+
+
+def test_extra_html_embeds_every_chart_and_the_tables():
+    m = measurement(SME2_DEVICE)
+    charts = render_charts(m)
+    verdicts = (Verdict("latency[sme2-on]", Status.PASS, "E2E latency <ratio>", ()),)
+    page = extra_html(m, verdicts, charts, [("report.md", "a/report.md?x=1&y=2")])
+    sources = re.findall(r'<img class="sme2-chart" data-chart="(\w+)"[^>]* src="([^"]+)"', page)
+    assert [name for name, _ in sources] == list(charts)
+    for name, src in sources:
+        assert src == data_uri(charts[name])
+        assert base64.b64decode(src.split(",", 1)[1]) == charts[name]
+    # latency, categories, top operators, delegation, verdicts; no non-delegated operator here,
+    # so a sentence instead of that table
+    assert page.count('<table class="sme2-table">') == 5
+    assert "None: every operator is delegated." in page
+    assert "E2E latency &lt;ratio&gt;" in page  # escaped
+    assert 'href="a/report.md?x=1&amp;y=2"' in page
+    assert content.speedup_text(m) in page
+    for op in m.variants[Variant.ON].profile.top_operators(10):
+        assert f"<td>{op.name}</td>" in page
+
+
+def test_one_variant_extra_shows_the_note():
+    m = measurement(HOST)
+    page = extra_html(m, (), render_charts(m))
+    assert "Only sme2-off was measured" in page
+    assert "No gate was judged." in page
+
+
+def test_result_table_cells():
+    m = measurement(SME2_DEVICE)
+    cells = row_cells(m)
+    assert list(cells) == [column for _, column in COLUMNS]
+    for variant, key in ((Variant.OFF, "sme2-e2e-off"), (Variant.ON, "sme2-e2e-on")):
+        assert cells[key] == f"{LatencyStats.of(m.variants[variant].latencies_ms).median_ms:.3f}"
+    assert cells["sme2-speedup"] == f"{m.comparison.speedup.value:.2f}×"
+    host = row_cells(measurement(HOST))
+    assert (host["sme2-e2e-on"], host["sme2-speedup"]) == ("—", "—")
+
+
+def test_terminal_summary_has_a_row_per_test_and_skipped_reasons_once():
+    skip = Verdict("speedup", Status.SKIP, "host CPU has no SME2")
+    fail = Verdict("shares[sme2-off]", Status.FAIL, "moved")
+    results = [
+        (measurement(HOST), (skip,)),
+        (measurement(HOST), (skip, fail)),
+        (measurement(SME2_DEVICE), ()),
+    ]
+    rows = [summary_row(m, verdicts) for m, verdicts in results]
+    lines = summary_lines(rows, skipped_reasons([verdicts for _, verdicts in results]))
+    assert lines[0].split()[:3] == ["model", "dtype", "device"]
+    assert "pass, 1 skipped" in lines[1]
+    assert "FAIL (1), 1 skipped" in lines[2]
+    assert measurement(SME2_DEVICE).comparison.speedup.describe() in lines[3]
+    assert lines[4:] == ["skipped gate: host CPU has no SME2"]
+    assert summary_lines([], []) == []

@@ -1,0 +1,193 @@
+"""report.md per test and per session: sections present, numbers taken from the measurement,
+one-variant devices say so, recommendations follow the data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_sme2.analysis import profile
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.gates import Status, Verdict
+from pytest_sme2.measure import Measurement, VariantMeasurement
+from pytest_sme2.report import content
+from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
+from pytest_sme2.stats import LatencyStats
+from pytest_sme2.trace import Event, Run, Trace
+from tests.measurements import HOST, SME2_DEVICE, measurement
+
+MS = 1_000_000
+SECTIONS = (
+    "## Metadata",
+    "## Latency",
+    "## Category breakdown",
+    "## Bottlenecks",
+    "## Delegated vs non-delegated",
+    "## SME2 kernel evidence",
+    "## Gate verdicts",
+    "## Recommendations",
+)
+
+
+def test_two_variant_report_has_every_section_with_the_measured_numbers():
+    m = measurement(SME2_DEVICE)
+    verdicts = (Verdict("speedup-floor", Status.FAIL, "SME2 speedup is below the floor", ("d1",)),)
+    text = case_report(m, verdicts, links=[("ops", "a_ops_stats.csv")])
+    for section in (*SECTIONS, "## Acceleration per category", "## Artifacts"):
+        assert section in text
+    assert "Only" not in text.split("## Metadata")[0]  # no one-variant note
+    for variant, vm in m.variants.items():
+        stats = LatencyStats.of(vm.latencies_ms)
+        row = f"| {variant} | {stats.count} | {stats.median_ms:.3f} | {stats.mean_ms:.3f} |"
+        assert row in text
+    assert m.comparison.speedup.describe() in text
+    off, on = m.comparison.off, m.comparison.on
+    conv = (
+        f"| Convolution | {off.categories_ms['Convolution']:.3f} | "
+        f"{100 * off.shares['Convolution']:.1f}% | {on.categories_ms['Convolution']:.3f} | "
+        f"{100 * on.shares['Convolution']:.1f}% | "
+        f"{m.comparison.category_speedups['Convolution']:.2f}× |"
+    )
+    assert conv in text
+    assert "FAIL (1)" in text and "SME2 speedup is below the floor" in text and "d1" in text
+    assert "[ops](a_ops_stats.csv)" in text
+    for name in on.packed_operators:
+        assert name in text.split("## SME2 kernel evidence")[1].split("##")[0]
+
+
+def test_bottlenecks_are_the_operators_above_five_percent_of_e2e():
+    m = measurement(
+        SME2_DEVICE,
+        on_ops=(
+            ("Convolution (NHWC, PF32) IGEMM", 2.0),
+            ("Fully Connected (NC, PF32) GEMM", 1.0),
+            ("Add (ND, F32)", 0.1),  # ~2 % of E2E: not a bottleneck
+        ),
+    )
+    section = case_report(m, ()).split("## Bottlenecks")[1].split("\n## ")[0]
+    on = m.variants[Variant.ON].profile
+    for op in on.operators:
+        assert (f"| {op.name} |" in section) == (op.share > content.BOTTLENECK_SHARE)
+    # The SME2-off counterpart of a packed operator is matched despite its renamed dtype.
+    conv_off = m.variants[Variant.OFF].profile.operators[0]
+    assert conv_off.name == "Convolution (NHWC, F32) IGEMM"
+    conv_on = next(op for op in on.operators if op.name.startswith("Convolution"))
+    expected = f"{conv_off.per_run_ms:.3f} | {conv_off.per_run_ms / conv_on.per_run_ms:.2f}× |"
+    assert expected in section
+
+
+def test_one_variant_device_says_so_instead_of_empty_comparisons():
+    m = measurement(HOST)
+    text = case_report(m, ())
+    assert f"Only sme2-off was measured ({HOST.limits['speedup']})" in text
+    assert "## Acceleration per category" not in text
+    assert (
+        "sme2-on ms/run" not in text
+        and "speedup" not in text.split("## Category")[1].split("##")[0]
+    )
+    stats = LatencyStats.of(m.variants[Variant.OFF].latencies_ms)
+    assert f"| sme2-off | {stats.count} | {stats.median_ms:.3f} |" in text
+    assert "No gate was judged" in text
+
+
+def _with_layer_norm() -> Measurement:
+    """Host measurement with a non-delegated LayerNorm taking 3 of 10 ms, two delegate calls."""
+
+    def ev(name, start, end, parent, depth, delegated=False):
+        return Event(
+            name,
+            int(start * MS),
+            int(end * MS),
+            parent,
+            depth,
+            delegated,
+            "0" if delegated else None,
+            -1,
+        )
+
+    runs = []
+    for index in range(3):
+        events = (
+            ev("Method::execute", 0, 10, -1, 0),
+            ev("DELEGATE_CALL", 0.2, 3.2, 0, 1),
+            ev("Convolution (NHWC, F32) IGEMM #1", 0.2, 3.2, 1, 2, True),
+            ev("OPERATOR_CALL", 3.5, 6.7, 0, 1),
+            ev("native_call_native_layer_norm.out", 3.6, 6.6, 3, 2),
+            ev("DELEGATE_CALL", 7, 9.5, 0, 1),
+            ev("Fully Connected (NC, F32) GEMM #1", 7, 9.5, 5, 2, True),
+        )
+        runs.append(Run(index, events[0].end_ns, events))
+    trace = Trace(path=None, runs=tuple(runs), setup_events=())
+    base = measurement(HOST).variants[Variant.OFF]
+    vm = VariantMeasurement(
+        Variant.OFF, base.latencies_ms, trace, profile(trace), base.traced, base.timing_runs
+    )
+    return Measurement("ln", "fp32", 1, HOST, {Variant.OFF: vm}, interleaved=False)
+
+
+def test_recommendations_follow_the_data():
+    churn = measurement(
+        SME2_DEVICE,
+        on_ops=(("Convolution (NHWC, PF32) IGEMM", 1.0), *[("Transpose (ND, X32)", 0.5)] * 6),
+    )
+    advice = " ".join(content.recommendations(churn))
+    assert "Layout churn" in advice and "6 transposes per run" in advice
+
+    ln = _with_layer_norm()
+    prof = ln.variants[Variant.OFF].profile
+    advice = " ".join(content.recommendations(ln))
+    assert (
+        f"{100 * prof.non_delegated_ms / prof.latency.mean_ms:.1f}% of E2E runs outside" in advice
+    )
+    assert "native_call_native_layer_norm.out" in advice
+    assert "split into 2 delegate calls per run" in advice
+
+    slow = measurement(SME2_DEVICE, on_latencies=(9.5, 9.6, 9.4, 9.5, 9.55, 9.45))
+    speedup = slow.comparison.speedup.value
+    advice = " ".join(content.recommendations(slow))
+    assert f"SME2 speedup is only {speedup:.2f}×" in advice and "Amdahl" in advice
+
+    balanced = measurement(
+        HOST,
+        off_ops=(
+            ("Convolution (NHWC, F32) IGEMM", 2.5),
+            ("Fully Connected (NC, F32) GEMM", 2.0),
+            ("Transpose (ND, X32)", 1.0),
+            ("Add (ND, F32)", 1.5),
+        ),
+    )
+    assert content.recommendations(balanced) == [
+        "Nothing stands out: no category or operator crosses the thresholds above."
+    ]
+
+
+def test_session_report_has_one_row_per_test_and_each_report(tmp_path: Path):
+    entries = [
+        SessionEntry("t.py::test[a]", measurement(SME2_DEVICE), (), tmp_path / "a" / "report.md"),
+        SessionEntry(
+            "t.py::test[b]",
+            measurement(HOST),
+            (Verdict("speedup", Status.SKIP, "host CPU has no SME2"),),
+            None,
+        ),
+    ]
+    text = session_report(entries, base=tmp_path)
+    assert text.startswith("# SME2 session report")
+    assert "2 test(s), 0 with failed gates." in text
+    for entry in entries:
+        row = content.summary_row(entry.measurement, entry.verdicts)
+        assert f"| {entry.nodeid} | {' | '.join(row.values())} |" in text
+        assert f"## SME2 report: {entry.nodeid}" in text  # demoted one level
+    assert "### Metadata" in text and "\n## Metadata" not in text
+    assert "[a/report.md](a/report.md)" in text
+    assert "- host CPU has no SME2" in text
+
+
+@pytest.mark.parametrize("device", [HOST, SME2_DEVICE], ids=lambda d: d.name)
+def test_tables_render_as_valid_markdown(device):
+    m = measurement(device)
+    for table in (content.latency_table(m), content.category_table(m), content.delegation_table(m)):
+        lines = table.markdown().splitlines()
+        widths = {line.count("|") for line in lines}
+        assert len(widths) == 1 and len(lines) == len(table.rows) + 2
