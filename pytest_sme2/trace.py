@@ -32,12 +32,14 @@ whole process, against Inspector's 9 s import + 20 s construction and 650 MB.
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_sme2.errors import TraceError
 
@@ -45,9 +47,11 @@ FILE_IDENTIFIER = b"ED00"
 EXECUTE = "Method::execute"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One profiling event of a run, times in nanoseconds (ETDumpGen ticks on Linux/macOS).
+
+    A NamedTuple rather than the house's frozen dataclass: equally immutable and typed, and
+    3.5× cheaper to build (56 k events: 0.026 s vs 0.094 s), which is a third of the parse time.
 
     ``parent`` is the index (in ``Run.events``) of the innermost enclosing event, -1 for the run's
     ``Method::execute``. ``delegated`` events come from inside a delegate (they carry a delegate
@@ -91,23 +95,34 @@ class Trace:
 
 
 def read_etdump(path: Path | str) -> Trace:
-    """Read and parse the ETDump file at ``path``; any problem is a one-line ``TraceError``."""
+    """Read and parse the ETDump file at ``path``; any problem is a one-line ``TraceError``.
+
+    The file is memory-mapped rather than read: the parse only slices names out of it, so a
+    heap copy of the whole file would be a third of the peak memory for nothing.
+    """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            if os.fstat(handle.fileno()).st_size == 0:
+                return _parse(b"", path)
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _parse(data, path)
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceError(path, "is a directory, not an ETDump file") from None
     except OSError as err:
         raise TraceError(path, f"cannot be read ({err.strerror or err})") from None
-    return parse_etdump(data, path)
 
 
 def parse_etdump(data: bytes, path: Path | None = None) -> Trace:
     """Parse ETDump bytes into runs of nested events (``path`` only labels errors and the Trace)."""
+    return _parse(data if isinstance(data, bytes) else bytes(data), path)
+
+
+def _parse(data: _Buffer, path: Path | None) -> Trace:
     where = path if path is not None else "<etdump bytes>"
-    return _build_trace(_checked(_read_blocks(bytes(data), where), where), path, where)
+    return _build_trace(_checked(_read_blocks(data, where), where), path, where)
 
 
 def _checked(blocks: Iterator[list[_RawEvent]], where: Path | str) -> Iterator[list[_RawEvent]]:
@@ -127,6 +142,8 @@ def _checked(blocks: Iterator[list[_RawEvent]], where: Path | str) -> Iterator[l
 # A raw event as read from the buffer, in the order ETDumpGen appended it (its end order):
 # (name, start, end, delegated, delegate_debug_id, instruction_id).
 _RawEvent = tuple[str, int, int, bool, str | None, int]
+#: What the reader walks: the file's bytes, or the file mapped (``read_etdump``).
+_Buffer = bytes | mmap.mmap
 
 _U32 = struct.Struct("<I").unpack_from
 _I32 = struct.Struct("<i").unpack_from
@@ -151,7 +168,7 @@ _Reader = tuple[
 ]
 
 
-def _root_table(data: bytes, where: Path | str) -> int:
+def _root_table(data: _Buffer, where: Path | str) -> int:
     """Position of the root ETDump table; accepts size-prefixed (what ETDumpGen writes) or not."""
     size = len(data)
     if size == 0:
@@ -173,7 +190,7 @@ def _root_table(data: bytes, where: Path | str) -> int:
 
 
 def _reader(
-    data: bytes, table: int, fields: tuple[tuple[int, str], ...], cache: dict[int, _Reader]
+    data: _Buffer, table: int, fields: tuple[tuple[int, str], ...], cache: dict[int, _Reader]
 ) -> _Reader:
     """The reader for ``table``'s vtable (compiled once per distinct vtable, then cached)."""
     vtable = table - _I32(data, table)[0]
@@ -201,7 +218,7 @@ def _reader(
 
 
 def _vector(
-    data: bytes, table: int, fields: tuple[tuple[int, str], ...], cache: dict[int, _Reader]
+    data: _Buffer, table: int, fields: tuple[tuple[int, str], ...], cache: dict[int, _Reader]
 ) -> range:
     """Positions of the uoffset slots of ``table``'s (only wanted) vector field; empty if absent."""
     unpack, pick, (offset,) = _reader(data, table, fields, cache)
@@ -215,7 +232,7 @@ def _vector(
     return range(pos + 4, pos + 4 + 4 * length, 4)
 
 
-def _text(data: bytes, pos: int, names: dict[bytes, str]) -> str:
+def _text(data: _Buffer, pos: int, names: dict[bytes, str]) -> str:
     """The flatbuffer string at ``pos``; equal names share one ``str`` (decoded once)."""
     (length,) = _U32(data, pos)
     if pos + 4 + length > len(data):
@@ -227,7 +244,7 @@ def _text(data: bytes, pos: int, names: dict[bytes, str]) -> str:
     return text
 
 
-def _read_blocks(data: bytes, where: Path | str) -> Iterator[list[_RawEvent]]:
+def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
     """Each RunData block's profile events, in append order (allocation/debug events skipped).
 
     A generator, so a block's raw tuples are dropped once its events are built (half the peak
@@ -238,12 +255,17 @@ def _read_blocks(data: bytes, where: Path | str) -> Iterator[list[_RawEvent]]:
     event_cache: dict[int, _Reader] = {}
     profile_cache: dict[int, _Reader] = {}
     names: dict[bytes, str] = {}
+    id_texts: dict[int, str] = {}
     u32, i32 = _U32, _I32
+    size = len(data)
     for run_slot in _vector(data, root, _ETDUMP_FIELDS, cache):
         run = run_slot + u32(data, run_slot)[0]
         events: list[_RawEvent] = []
-        for slot in _vector(data, run, _RUNDATA_FIELDS, cache):
-            event = slot + u32(data, slot)[0]
+        slots = _vector(data, run, _RUNDATA_FIELDS, cache)
+        # All of the vector's uoffsets in one C call, instead of one unpack per event.
+        offsets = struct.unpack_from(f"<{len(slots)}I", data, slots.start) if slots else ()
+        for slot, rel in zip(slots, offsets, strict=True):
+            event = slot + rel
             vtable = event - i32(data, event)[0]
             unpack, pick, (offset,) = event_cache.get(vtable) or _reader(
                 data, event, _EVENT_FIELDS, event_cache
@@ -253,17 +275,30 @@ def _read_blocks(data: bytes, where: Path | str) -> Iterator[list[_RawEvent]]:
                 continue  # an allocation or debug event: not timing
             pe = event + offset + ref
             vtable = pe - i32(data, pe)[0]
-            unpack, pick, offsets = profile_cache.get(vtable) or _reader(
+            unpack, pick, offsets_pe = profile_cache.get(vtable) or _reader(
                 data, pe, _PROFILE_FIELDS, profile_cache
             )
             name_ref, instruction, id_int, id_ref, start, end = pick(
                 unpack(data, pe) + _PROFILE_DEFAULTS
             )
-            name = _text(data, pe + offsets[0] + name_ref, names) if name_ref else ""
-            id_str = _text(data, pe + offsets[3] + id_ref, names) if id_ref else ""
+            if name_ref:  # _text, inlined: this line runs once per event
+                at = pe + offsets_pe[0] + name_ref
+                (length,) = u32(data, at)
+                if at + 4 + length > size:
+                    raise ValueError("string runs past end of buffer")
+                raw_name = data[at + 4 : at + 4 + length]
+                name = names.get(raw_name)
+                if name is None:
+                    name = names[raw_name] = raw_name.decode("utf-8", "replace")
+            else:
+                name = ""
+            id_str = _text(data, pe + offsets_pe[3] + id_ref, names) if id_ref else ""
             if id_int != -1:
+                id_text = id_texts.get(id_int)
+                if id_text is None:  # one str per distinct id, not one per event
+                    id_text = id_texts[id_int] = str(id_int)
                 events.append(
-                    (name or f"delegate#{id_int}", start, end, True, str(id_int), instruction)
+                    (name or f"delegate#{id_int}", start, end, True, id_text, instruction)
                 )
             elif id_str:
                 events.append((name or id_str, start, end, True, id_str, instruction))
