@@ -1,0 +1,9 @@
+"""The built-in example models; importing this package registers them all.
+
+Each module registers one model with :func:`pytest_sme2.models.register_model`; its docstring
+says what the model stresses in a profile.
+"""
+
+from models import mobilenet_v3_small, squeezesam_like, toy_cnn, vit_tiny
+
+__all__ = ["mobilenet_v3_small", "squeezesam_like", "toy_cnn", "vit_tiny"]

@@ -1,0 +1,508 @@
+"""Export stage: a registered model × dtype → a cached, numerics-checked ExecuTorch program.
+
+One export is a directory in the cache (``<cache>/exports/<model>-<dtype>-<key>/``) holding the
+``.pte`` (XNNPACK-delegated), its ETRecord (so Inspector-style tools can map delegate events back
+to the graph), the seeded example inputs the program is run on, the eager-PyTorch outputs for
+those inputs, and ``artifact.json``: versions, shapes, export-stage timings and the numerics.
+
+The key hashes what determines the program — the model's sources, the dtype, the torch /
+executorch / torchao versions and this recipe — so it is computed from files and package
+metadata alone: a warm hit never imports torch (torch and executorch are imported inside the
+build, and only there) and costs milliseconds. Entries are built under a file lock and renamed
+into place (:func:`pytest_sme2.cache.cached_dir`), so concurrent pytest-xdist workers export
+once.
+
+Dtypes (what the program takes is what a user of that precision feeds it):
+
+- ``fp32``: the model as is.
+- ``fp16``: ``model.half()`` fed fp16 inputs; the program's inputs and outputs are fp16. The
+  XNNPACK partitioner needs no configuration for it; ops XNNPACK refuses in fp16 (GELU,
+  LayerNorm) run as portable kernels.
+- ``int8``: static PT2E quantization with the XNNPACK quantizer, symmetric per-channel weights,
+  activations calibrated on the inputs of :data:`CALIBRATION_SEEDS`; fp32 in and out.
+- ``int8-dynamic``: the same quantizer in dynamic mode (activations quantized per run, weights
+  per channel); fp32 in and out.
+
+Numerics are checked for real: the ``.pte`` runs in the native runner (never the Python
+bindings, which crash) on the example inputs, and its outputs are compared with eager fp32
+PyTorch on the very inputs the program received (fp16 inputs widened to fp32). A program that
+disagrees beyond its dtype's :data:`TOLERANCES` — or returns any NaN/inf — raises
+:class:`NumericsError`; the entry stays cached with its errors, so a re-run raises again in
+milliseconds instead of re-exporting. Tolerances are applied when an entry is read, not baked
+into it, so changing them needs no re-export.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock
+
+from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
+from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
+from pytest_sme2.models import ModelSpec
+from pytest_sme2.tensors import read_tensors, write_tensors
+
+#: Bump when the export recipe changes in a way that changes programs (invalidates every entry).
+RECIPE_VERSION = "1"
+#: The seed of the example inputs the program is checked (and later profiled) on.
+EXAMPLE_SEED = 0
+#: Seeds of the inputs int8 quantization calibrates on (static: activation ranges).
+CALIBRATION_SEEDS: tuple[int, ...] = (1, 2, 3, 4)
+#: Packages whose versions change programs; part of the key and of the manifest.
+VERSIONED_PACKAGES: tuple[str, ...] = ("torch", "executorch", "torchao")
+
+MANIFEST_NAME = "artifact.json"
+INPUTS_NAME = "inputs.tensors"
+EXPECTED_OUTPUTS_NAME = "expected_outputs.tensors"
+MANIFEST_FORMAT = 1
+
+#: The stages an export can fail at (``ExportError.stage``), in pipeline order.
+STAGES: tuple[str, ...] = (
+    "build model",
+    "torch.export",
+    "quantize",
+    "lower",
+    "to_executorch",
+    "serialize",
+    "numerics",
+)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An output passes when every element's error ≤ ``abs + rel × max |eager output|``.
+
+    Relative to the output's largest magnitude, not element-wise: elements near zero would turn
+    harmless rounding into huge element-wise relative errors.
+    """
+
+    abs: float
+    rel: float
+
+
+#: Per dtype, about 3× the worst error measured on the example models (see the tests), and far
+#: below what a broken program gives (ViT fp16's wrong LayerNorm: relative error ≈ 1).
+#: fp32 differs from eager only by summation order (measured ≤ 2.2e-6). fp16 is compared with
+#: fp32 eager, so it includes fp16 rounding of weights and activations (≤ 1.5e-2). Static int8
+#: on these randomly initialised models loses ≤ 0.15 of the output range against fp32 — random
+#: weights quantize worse than trained ones — and dynamic int8 ≤ 0.05.
+TOLERANCES: Mapping[str, Tolerance] = {
+    "fp32": Tolerance(abs=1e-5, rel=1e-4),
+    "fp16": Tolerance(abs=1e-3, rel=5e-2),
+    "int8": Tolerance(abs=1e-2, rel=0.35),
+    "int8-dynamic": Tolerance(abs=1e-2, rel=0.15),
+}
+
+
+@dataclass(frozen=True)
+class OutputError:
+    """How one program output differs from eager PyTorch: what the manifest stores per output."""
+
+    max_abs: float  # max |program − eager|; inf when the program output has NaN/inf
+    scale: float  # max |eager|: what relative errors are relative to
+
+    @property
+    def max_rel(self) -> float:
+        if math.isinf(self.max_abs):
+            return math.inf
+        return (
+            self.max_abs / self.scale
+            if self.scale > 0
+            else (0.0 if self.max_abs == 0 else math.inf)
+        )
+
+    def to_json(self) -> dict[str, float | None]:
+        """Plain JSON: a non-finite error is stored as null (JSON has no inf)."""
+        return {
+            "max_abs": self.max_abs if math.isfinite(self.max_abs) else None,
+            "scale": self.scale,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, float | None]) -> OutputError:
+        max_abs = data["max_abs"]
+        return cls(max_abs=math.inf if max_abs is None else max_abs, scale=float(data["scale"]))
+
+    def within(self, tolerance: Tolerance) -> bool:
+        """Finite and within tolerance: NaN/inf fails whatever the tolerance."""
+        return math.isfinite(self.max_abs) and (
+            self.max_abs <= tolerance.abs + tolerance.rel * self.scale
+        )
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """The program's outputs against eager PyTorch, judged by the dtype's tolerance.
+
+    ``max_abs``/``max_rel`` are the worst over all outputs; inf means NaN/inf in an output,
+    which always fails.
+    """
+
+    max_abs: float
+    max_rel: float
+    tolerance_abs: float
+    tolerance_rel: float
+    ok: bool
+
+    @classmethod
+    def judge(cls, errors: Sequence[OutputError], tolerance: Tolerance) -> Numerics:
+        return cls(
+            max_abs=max(e.max_abs for e in errors),
+            max_rel=max(e.max_rel for e in errors),
+            tolerance_abs=tolerance.abs,
+            tolerance_rel=tolerance.rel,
+            ok=all(e.within(tolerance) for e in errors),
+        )
+
+    def describe(self) -> str:
+        """One line, e.g. ``max abs err 3.1e-05, max rel err 2.0e-04 (tolerance abs 1e-05 +
+        rel 1e-04 of the output range)``."""
+        limits = (
+            f"tolerance abs {self.tolerance_abs:g} + rel {self.tolerance_rel:g} of the output range"
+        )
+        if math.isinf(self.max_abs) or math.isnan(self.max_abs):
+            return f"outputs contain NaN/inf ({limits})"
+        return f"max abs err {self.max_abs:.1e}, max rel err {self.max_rel:.1e} ({limits})"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One exported model × dtype in the cache. Tensor files use :mod:`pytest_sme2.tensors`."""
+
+    model: str
+    dtype: str
+    key: str
+    pte: Path
+    etrecord: Path
+    inputs: Path  # the example inputs, in the program's dtypes
+    expected_outputs: Path  # eager fp32 PyTorch on those inputs
+    numerics: Numerics | None  # None only when exported with check_numerics=False
+    versions: Mapping[str, str]  # torch, executorch, torchao
+    directory: Path
+    timings_s: Mapping[str, float]  # seconds per export stage
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of :data:`VERSIONED_PACKAGES`, from metadata (no import)."""
+    versions = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def artifact_key(spec: ModelSpec, dtype: str) -> str:
+    """The cache key of ``spec`` × ``dtype``: sources, dtype, package versions, recipe."""
+    versions = package_versions()
+    return content_key(
+        RECIPE_VERSION,
+        spec.fingerprint(),
+        dtype,
+        repr((EXAMPLE_SEED, CALIBRATION_SEEDS)),
+        *(f"{package}={versions[package]}" for package in VERSIONED_PACKAGES),
+    )
+
+
+def artifact_dir(spec: ModelSpec, dtype: str, cache_dir: Path | None = None) -> Path:
+    """Where ``spec`` × ``dtype`` is (or would be) cached: ``<model>-<dtype>-<key>`` under
+    ``cache_dir``, by default ``<cache_root()>/exports``."""
+    root = cache_dir if cache_dir is not None else cache_root() / "exports"
+    return root / f"{spec.name}-{dtype}-{artifact_key(spec, dtype)}"
+
+
+_FAILURES: dict[tuple[Path, bool], ExportError] = {}
+"""Errors already raised in this process, by (entry, check_numerics): raised again at once.
+Failed builds are not cached on disk — a fixed environment must be able to retry."""
+
+
+def export_model(
+    spec: ModelSpec, dtype: str, *, cache_dir: Path | None = None, check_numerics: bool = True
+) -> Artifact:
+    """The cached export of ``spec`` × ``dtype``, exporting it first if needed.
+
+    Raises ExportError (with the failing stage) if it cannot be exported, NumericsError if
+    ``check_numerics`` and the program's outputs are wrong (the artifact stays cached; see
+    :func:`load_cached` to get it anyway), ConfigError if the model does not support ``dtype``.
+    """
+    if dtype not in spec.dtypes:
+        raise ConfigError(
+            f"model {spec.name!r} does not support dtype {dtype!r}; it supports {list(spec.dtypes)}"
+        )
+    directory = artifact_dir(spec, dtype, cache_dir)
+    previous = _FAILURES.get((directory, check_numerics))
+    if previous is not None:
+        raise previous
+    try:
+        key = directory.name.rsplit("-", 1)[-1]
+        cached_dir(directory, lambda tmp: _build(spec, dtype, key, tmp))
+        artifact = _load(directory, spec.name, dtype)
+        if check_numerics:
+            if artifact.numerics is None:
+                artifact = _check_numerics(artifact)
+            assert artifact.numerics is not None
+            if not artifact.numerics.ok:
+                raise NumericsError(spec.name, dtype, "numerics", artifact.numerics.describe())
+    except ExportError as err:
+        _FAILURES[(directory, check_numerics)] = err
+        raise
+    return artifact
+
+
+def load_cached(spec: ModelSpec, dtype: str, *, cache_dir: Path | None = None) -> Artifact | None:
+    """The cached export of ``spec`` × ``dtype`` whatever its numerics, or None if not exported.
+
+    For callers that want a program even when its numbers are off (to profile it anyway).
+    """
+    directory = artifact_dir(spec, dtype, cache_dir)
+    if not (directory / MANIFEST_NAME).is_file():
+        return None
+    return _load(directory, spec.name, dtype)
+
+
+def _load(directory: Path, model: str, dtype: str) -> Artifact:
+    manifest_path = directory / MANIFEST_NAME
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest["files"]
+        numerics = manifest["numerics"]
+        artifact = Artifact(
+            model=manifest["model"],
+            dtype=manifest["dtype"],
+            key=manifest["key"],
+            pte=directory / files["pte"],
+            etrecord=directory / files["etrecord"],
+            inputs=directory / files["inputs"],
+            expected_outputs=directory / files["expected_outputs"],
+            numerics=None
+            if numerics is None
+            else Numerics.judge(
+                [OutputError.from_json(output) for output in numerics["outputs"]],
+                TOLERANCES[dtype],
+            ),
+            versions=manifest["versions"],
+            directory=directory,
+            timings_s=manifest["timings_s"],
+        )
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ExportError(
+            model, dtype, "serialize", f"{manifest_path} is unreadable ({err}); delete {directory}"
+        ) from err
+    return artifact
+
+
+def _check_numerics(artifact: Artifact) -> Artifact:
+    """Run the program in the native host runner, compare with the stored eager outputs and
+    record the errors in the manifest. Needs no torch: the reference was stored at export."""
+    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+
+    model, dtype = artifact.model, artifact.dtype
+    with FileLock(str(artifact.directory) + ".lock"):
+        manifest_path = artifact.directory / MANIFEST_NAME
+        manifest = json.loads(manifest_path.read_text())
+        if manifest["numerics"] is not None:  # another process checked while we waited
+            return _load(artifact.directory, model, dtype)
+        started = time.perf_counter()
+        try:
+            with tempfile.TemporaryDirectory(prefix="sme2-numerics-") as work:
+                result = run_runner(
+                    build_runner("host"),
+                    artifact.pte,
+                    Path(work),
+                    RunPlan(runs=1, warmup=0, threads=1, traced=False),
+                    inputs=artifact.inputs,
+                )
+                assert result.outputs is not None
+                outputs = read_tensors(result.outputs)
+            expected = read_tensors(artifact.expected_outputs)
+        except RunnerError as err:
+            raise ExportError(model, dtype, "numerics", _one_line(err)) from err
+        errors = compare_outputs(outputs, expected, model, dtype)
+        manifest["numerics"] = {
+            "outputs": [error.to_json() for error in errors],
+            "reference": "eager fp32 PyTorch on the program's inputs",
+            "runner": "native host runner, 1 thread",
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        write_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
+    return _load(artifact.directory, model, dtype)
+
+
+def compare_outputs(
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], model: str, dtype: str
+) -> list[OutputError]:
+    """Per-output errors of the program's ``outputs`` against eager ``expected``."""
+    if len(outputs) != len(expected):
+        raise ExportError(
+            model, dtype, "numerics", f"program gave {len(outputs)} outputs, eager {len(expected)}"
+        )
+    errors = []
+    for index, (got, want) in enumerate(zip(outputs, expected, strict=True)):
+        if got.shape != want.shape:
+            raise ExportError(
+                model,
+                dtype,
+                "numerics",
+                f"output {index} has shape {got.shape}, eager PyTorch's is {want.shape}",
+            )
+        got64, want64 = got.astype(np.float64), want.astype(np.float64)
+        scale = float(np.abs(want64).max(initial=0.0))
+        if not np.isfinite(got64).all():
+            errors.append(OutputError(max_abs=math.inf, scale=scale))
+        else:
+            errors.append(
+                OutputError(max_abs=float(np.abs(got64 - want64).max(initial=0.0)), scale=scale)
+            )
+    return errors
+
+
+def _one_line(err: BaseException) -> str:
+    """``Type: first non-empty line of the message`` (long messages cut at 300 characters)."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    if len(first) > 300:
+        first = first[:297] + "..."
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+class _Stages:
+    """Times export stages and turns any failure inside one into an ExportError naming it."""
+
+    def __init__(self, model: str, dtype: str) -> None:
+        self.model, self.dtype = model, dtype
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        except ExportError:
+            raise
+        except Exception as err:
+            raise ExportError(self.model, self.dtype, name, _one_line(err)) from err
+        finally:
+            elapsed = time.perf_counter() - started
+            self.timings[name] = round(self.timings.get(name, 0.0) + elapsed, 3)
+
+
+def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
+    """Export ``spec`` × ``dtype`` into the empty directory ``out`` (manifest last)."""
+    stages = _Stages(spec.name, dtype)
+    with stages.stage("build model"):
+        import torch
+
+        with torch.no_grad():
+            model = spec.factory()
+            example = _tensors(spec.inputs(EXAMPLE_SEED), "inputs")
+            if dtype == "fp16":
+                program_inputs = tuple(t.half() if t.is_floating_point() else t for t in example)
+                program_model = copy.deepcopy(model).half()
+            else:
+                program_inputs, program_model = example, model
+            reference_inputs = tuple(
+                t.float() if t.is_floating_point() else t for t in program_inputs
+            )
+            expected = _tensors(model(*reference_inputs), "outputs")
+        for index, tensor in enumerate(expected):
+            if not torch.isfinite(tensor).all():
+                raise ValueError(f"eager output {index} has NaN/inf: the model itself is broken")
+
+    with stages.stage("torch.export"):
+        exported = torch.export.export(program_model, program_inputs)
+
+    if dtype in ("int8", "int8-dynamic"):
+        with stages.stage("quantize"):
+            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+                XNNPACKQuantizer,
+                get_symmetric_quantization_config,
+            )
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+            quantizer = XNNPACKQuantizer().set_global(
+                get_symmetric_quantization_config(
+                    is_per_channel=True, is_dynamic=dtype == "int8-dynamic"
+                )
+            )
+            prepared = prepare_pt2e(exported.module(), quantizer)
+            with torch.no_grad():
+                for seed in CALIBRATION_SEEDS:
+                    prepared(*spec.inputs(seed))
+            quantized = convert_pt2e(prepared)
+        with stages.stage("torch.export"):
+            exported = torch.export.export(quantized, program_inputs)
+
+    with stages.stage("lower"):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+        edge = to_edge_transform_and_lower(
+            exported, partitioner=[XnnpackPartitioner()], generate_etrecord=True
+        )
+    with stages.stage("to_executorch"):
+        program = edge.to_executorch()
+
+    stem = f"{spec.name}_xnnpack_{dtype}"  # the reference kit's <model>_xnnpack_<dtype>.pte
+    files = {
+        "pte": f"{stem}.pte",
+        "etrecord": f"{stem}.etrecord",
+        "inputs": INPUTS_NAME,
+        "expected_outputs": EXPECTED_OUTPUTS_NAME,
+    }
+    with stages.stage("serialize"):
+        (out / files["pte"]).write_bytes(program.buffer)
+        program.get_etrecord().save(str(out / files["etrecord"]))
+        write_tensors(out / INPUTS_NAME, [t.numpy() for t in program_inputs])
+        write_tensors(out / EXPECTED_OUTPUTS_NAME, [t.numpy() for t in expected])
+        program_outputs = exported.graph.find_nodes(op="output")[0].args[0]
+
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "model": spec.name,
+        "dtype": dtype,
+        "key": key,
+        "recipe": RECIPE_VERSION,
+        "versions": package_versions(),
+        "files": files,
+        "pte_bytes": (out / files["pte"]).stat().st_size,
+        "inputs": [_describe(t) for t in program_inputs],
+        "outputs": [_describe(node.meta["val"]) for node in program_outputs],
+        "example_seed": EXAMPLE_SEED,
+        "calibration_seeds": list(CALIBRATION_SEEDS) if dtype.startswith("int8") else [],
+        "timings_s": stages.timings,
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "exported_by": {"host": socket.gethostname(), "pid": os.getpid()},
+        "numerics": None,
+    }
+    write_atomic(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+
+
+def _tensors(value: Any, what: str) -> tuple[Any, ...]:
+    """``value`` as a tuple of tensors (a lone tensor becomes a 1-tuple); TypeError otherwise."""
+    import torch
+
+    items = tuple(value) if isinstance(value, tuple | list) else (value,)
+    if not all(isinstance(item, torch.Tensor) for item in items):
+        kinds = ", ".join(sorted({type(item).__name__ for item in items}))
+        raise TypeError(f"{what} must be a Tensor or a tuple of Tensors, got {kinds}")
+    return tuple(item.detach() for item in items)
+
+
+def _describe(tensor: Any) -> dict[str, Any]:
+    """Shape and dtype of a tensor (or a fake tensor from the exported graph) for the manifest."""
+    return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}

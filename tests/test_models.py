@@ -1,0 +1,118 @@
+"""The example models: they build, are identical every time, and compute the right shapes.
+
+Export caching keys on source code alone, so a model that differed between two builds (an
+unseeded initialiser, inputs drawn from the global RNG) would silently break the cache and the
+comparison of SME2-on with SME2-off; these tests pin that down.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import models  # noqa: E402  (registers the examples; needs torch)
+from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
+from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, TOKENS, vit_tiny  # noqa: E402
+from pytest_sme2.models import ModelSpec, get_model  # noqa: E402
+
+#: What each example model returns for its example inputs (batch 1).
+OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
+    "toy_cnn": [(1, 10)],
+    "mobilenet_v3_small": [(1, 1000)],
+    "vit_tiny": [(1, 1000)],
+    "squeezesam_like": [(1, 3, 256, 256), (1, 3)],
+}
+EXAMPLES = [get_model(name) for name in models.__all__]
+
+
+def _outputs(spec: ModelSpec, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    with torch.no_grad():
+        out = spec.factory()(*spec.inputs(seed))
+    return out if isinstance(out, tuple) else (out,)
+
+
+def test_every_example_model_is_registered_and_described() -> None:
+    assert sorted(OUTPUT_SHAPES) == sorted(spec.name for spec in EXAMPLES)
+    for spec in EXAMPLES:
+        assert spec.description, f"{spec.name}: the factory needs a docstring"
+        assert any(path.name == "_seeding.py" for path in spec.source_files), spec.name
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+def test_model_builds_in_eval_mode(spec: ModelSpec) -> None:
+    model = spec.factory()
+    assert isinstance(model, torch.nn.Module)
+    assert not any(module.training for module in model.modules())
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+def test_weights_are_identical_on_every_build(spec: ModelSpec) -> None:
+    first, second = spec.factory().state_dict(), spec.factory().state_dict()
+    assert first.keys() == second.keys()
+    for name, tensor in first.items():
+        assert torch.equal(tensor, second[name]), f"{spec.name}.{name} differs between builds"
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+def test_building_does_not_disturb_the_global_rng(spec: ModelSpec) -> None:
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    spec.factory()
+    spec.inputs(0)
+    assert torch.equal(torch.rand(4), expected)
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+def test_inputs_are_seeded_and_real_looking(spec: ModelSpec) -> None:
+    zero, again, one = spec.inputs(0), spec.inputs(0), spec.inputs(1)
+    assert all(torch.equal(a, b) for a, b in zip(zero, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(zero, one, strict=True))
+    for tensor in zero:
+        assert tensor.dtype == torch.float32
+        assert tensor.unique().numel() > 100, "inputs must not be (nearly) constant"
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+def test_eager_outputs_have_the_right_shapes_and_are_finite(spec: ModelSpec) -> None:
+    outputs = _outputs(spec)
+    assert [tuple(out.shape) for out in outputs] == OUTPUT_SHAPES[spec.name]
+    for out in outputs:
+        assert torch.isfinite(out).all()
+        assert out.std() > 0, "an output that ignores its input hides numerics bugs"
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+def test_eager_outputs_are_deterministic(spec: ModelSpec) -> None:
+    for a, b in zip(_outputs(spec), _outputs(spec), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_mobilenet_v3_small_has_the_reference_parameter_count() -> None:
+    # torchvision's MobileNet_V3_Small_Weights.IMAGENET1K_V1 documents num_params = 2,542,856:
+    # equal counts mean the same layer table (widths, kernels, SE placement, classifier).
+    assert sum(p.numel() for p in mobilenet_v3_small().parameters()) == 2_542_856
+
+
+def test_mobilenet_v3_small_batchnorm_is_calibrated() -> None:
+    """Running statistics come from a seeded batch, so activations have trained-network scale."""
+    norms = [m for m in mobilenet_v3_small().modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms
+    for norm in norms:
+        assert not torch.equal(norm.running_var, torch.ones_like(norm.running_var))
+
+
+def test_vit_tiny_matches_its_configuration() -> None:
+    model = vit_tiny()
+    linear = DIM * DIM + DIM
+    block = 2 * 2 * DIM + 4 * linear + 2 * DIM * DIM * MLP_RATIO + DIM * MLP_RATIO + DIM
+    expected = (
+        3 * PATCH * PATCH * DIM + DIM  # patch embedding
+        + DIM + TOKENS * DIM  # class token, positions
+        + DEPTH * block
+        + 2 * DIM  # final LayerNorm
+        + DIM * NUM_CLASSES + NUM_CLASSES  # head
+    )  # fmt: skip
+    assert sum(p.numel() for p in model.parameters()) == expected
+    assert TOKENS == (224 // PATCH) ** 2 + 1 == 197
