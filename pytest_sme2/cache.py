@@ -49,6 +49,7 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent))
         try:
             build(tmp)
+            tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would hide a shared cache
             os.replace(tmp, path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -60,9 +61,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

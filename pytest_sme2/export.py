@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,12 +48,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from filelock import FileLock
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.models import ModelSpec
+from pytest_sme2.numerics import (
+    TOLERANCES,
+    MismatchError,
+    Numerics,
+    OutputError,
+    compare_outputs,
+)
 from pytest_sme2.tensors import read_tensors, write_tensors
 
 #: Bump when the export recipe changes in a way that changes programs (invalidates every entry).
@@ -81,103 +86,6 @@ STAGES: tuple[str, ...] = (
     "serialize",
     "numerics",
 )
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """An output passes when every element's error ≤ ``abs + rel × max |eager output|``.
-
-    Relative to the output's largest magnitude, not element-wise: elements near zero would turn
-    harmless rounding into huge element-wise relative errors.
-    """
-
-    abs: float
-    rel: float
-
-
-#: Per dtype, about 3× the worst error measured on the example models (see the tests), and far
-#: below what a broken program gives (ViT fp16's wrong LayerNorm: relative error ≈ 1).
-#: fp32 differs from eager only by summation order (measured ≤ 2.2e-6). fp16 is compared with
-#: fp32 eager, so it includes fp16 rounding of weights and activations (≤ 1.5e-2). Static int8
-#: on these randomly initialised models loses ≤ 0.15 of the output range against fp32 — random
-#: weights quantize worse than trained ones — and dynamic int8 ≤ 0.05.
-TOLERANCES: Mapping[str, Tolerance] = {
-    "fp32": Tolerance(abs=1e-5, rel=1e-4),
-    "fp16": Tolerance(abs=1e-3, rel=5e-2),
-    "int8": Tolerance(abs=1e-2, rel=0.35),
-    "int8-dynamic": Tolerance(abs=1e-2, rel=0.15),
-}
-
-
-@dataclass(frozen=True)
-class OutputError:
-    """How one program output differs from eager PyTorch: what the manifest stores per output."""
-
-    max_abs: float  # max |program − eager|; inf when the program output has NaN/inf
-    scale: float  # max |eager|: what relative errors are relative to
-
-    @property
-    def max_rel(self) -> float:
-        if math.isinf(self.max_abs):
-            return math.inf
-        return (
-            self.max_abs / self.scale
-            if self.scale > 0
-            else (0.0 if self.max_abs == 0 else math.inf)
-        )
-
-    def to_json(self) -> dict[str, float | None]:
-        """Plain JSON: a non-finite error is stored as null (JSON has no inf)."""
-        return {
-            "max_abs": self.max_abs if math.isfinite(self.max_abs) else None,
-            "scale": self.scale,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, float | None]) -> OutputError:
-        max_abs = data["max_abs"]
-        return cls(max_abs=math.inf if max_abs is None else max_abs, scale=float(data["scale"]))
-
-    def within(self, tolerance: Tolerance) -> bool:
-        """Finite and within tolerance: NaN/inf fails whatever the tolerance."""
-        return math.isfinite(self.max_abs) and (
-            self.max_abs <= tolerance.abs + tolerance.rel * self.scale
-        )
-
-
-@dataclass(frozen=True)
-class Numerics:
-    """The program's outputs against eager PyTorch, judged by the dtype's tolerance.
-
-    ``max_abs``/``max_rel`` are the worst over all outputs; inf means NaN/inf in an output,
-    which always fails.
-    """
-
-    max_abs: float
-    max_rel: float
-    tolerance_abs: float
-    tolerance_rel: float
-    ok: bool
-
-    @classmethod
-    def judge(cls, errors: Sequence[OutputError], tolerance: Tolerance) -> Numerics:
-        return cls(
-            max_abs=max(e.max_abs for e in errors),
-            max_rel=max(e.max_rel for e in errors),
-            tolerance_abs=tolerance.abs,
-            tolerance_rel=tolerance.rel,
-            ok=all(e.within(tolerance) for e in errors),
-        )
-
-    def describe(self) -> str:
-        """One line, e.g. ``max abs err 3.1e-05, max rel err 2.0e-04 (tolerance abs 1e-05 +
-        rel 1e-04 of the output range)``."""
-        limits = (
-            f"tolerance abs {self.tolerance_abs:g} + rel {self.tolerance_rel:g} of the output range"
-        )
-        if math.isinf(self.max_abs) or math.isnan(self.max_abs):
-            return f"outputs contain NaN/inf ({limits})"
-        return f"max abs err {self.max_abs:.1e}, max rel err {self.max_rel:.1e} ({limits})"
 
 
 @dataclass(frozen=True)
@@ -333,7 +241,10 @@ def _check_numerics(artifact: Artifact) -> Artifact:
             expected = read_tensors(artifact.expected_outputs)
         except RunnerError as err:
             raise ExportError(model, dtype, "numerics", _one_line(err)) from err
-        errors = compare_outputs(outputs, expected, model, dtype)
+        try:
+            errors = compare_outputs(outputs, expected, what="eager PyTorch")
+        except MismatchError as err:
+            raise ExportError(model, dtype, "numerics", str(err)) from None
         manifest["numerics"] = {
             "outputs": [error.to_json() for error in errors],
             "reference": "eager fp32 PyTorch on the program's inputs",
@@ -342,34 +253,6 @@ def _check_numerics(artifact: Artifact) -> Artifact:
         }
         write_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
     return _load(artifact.directory, model, dtype)
-
-
-def compare_outputs(
-    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], model: str, dtype: str
-) -> list[OutputError]:
-    """Per-output errors of the program's ``outputs`` against eager ``expected``."""
-    if len(outputs) != len(expected):
-        raise ExportError(
-            model, dtype, "numerics", f"program gave {len(outputs)} outputs, eager {len(expected)}"
-        )
-    errors = []
-    for index, (got, want) in enumerate(zip(outputs, expected, strict=True)):
-        if got.shape != want.shape:
-            raise ExportError(
-                model,
-                dtype,
-                "numerics",
-                f"output {index} has shape {got.shape}, eager PyTorch's is {want.shape}",
-            )
-        got64, want64 = got.astype(np.float64), want.astype(np.float64)
-        scale = float(np.abs(want64).max(initial=0.0))
-        if not np.isfinite(got64).all():
-            errors.append(OutputError(max_abs=math.inf, scale=scale))
-        else:
-            errors.append(
-                OutputError(max_abs=float(np.abs(got64 - want64).max(initial=0.0)), scale=scale)
-            )
-    return errors
 
 
 def _one_line(err: BaseException) -> str:

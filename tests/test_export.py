@@ -8,14 +8,12 @@ inside its functions, so a subprocess can show that a warm hit never imports tor
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -26,17 +24,13 @@ from pytest_sme2.errors import ConfigError, ExportError, NumericsError
 from pytest_sme2.export import (
     MANIFEST_NAME,
     STAGES,
-    TOLERANCES,
-    Numerics,
-    OutputError,
-    Tolerance,
     artifact_dir,
     artifact_key,
-    compare_outputs,
     export_model,
     load_cached,
 )
 from pytest_sme2.models import ModelSpec, get_model
+from pytest_sme2.numerics import TOLERANCES
 from pytest_sme2.tensors import read_tensors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,51 +210,6 @@ def test_etrecord_lets_inspector_name_delegated_events(tmp_path: Path) -> None:
     assert not delegated.empty
     assert set(delegated["delegate_backend_name"]) == {"XnnpackBackend"}
     assert delegated["event_name"].str.startswith("Convolution").any()
-
-
-# --- numerics judgement -------------------------------------------------------------------------
-
-
-def test_numerics_pass_within_tolerance_of_the_output_range() -> None:
-    tolerance = Tolerance(abs=1e-3, rel=1e-2)
-    numerics = Numerics.judge([OutputError(max_abs=0.05, scale=10.0)], tolerance)
-    assert numerics.ok
-    assert numerics.max_rel == pytest.approx(0.005)
-    assert numerics.describe() == (
-        "max abs err 5.0e-02, max rel err 5.0e-03 "
-        "(tolerance abs 0.001 + rel 0.01 of the output range)"
-    )
-
-
-def test_numerics_fail_when_any_output_is_beyond_tolerance() -> None:
-    tolerance = Tolerance(abs=1e-3, rel=1e-2)
-    good, bad = OutputError(max_abs=1e-4, scale=1.0), OutputError(max_abs=0.5, scale=1.0)
-    assert not Numerics.judge([good, bad], tolerance).ok
-
-
-def test_nan_and_inf_always_fail() -> None:
-    expected = [np.ones((2, 3), dtype=np.float32)]
-    for poison in (np.nan, np.inf, -np.inf):
-        got = expected[0].copy()
-        got[1, 2] = poison
-        errors = compare_outputs([got], expected, "m", "fp32")
-        numerics = Numerics.judge(errors, Tolerance(abs=math.inf, rel=math.inf))
-        assert not numerics.ok
-        assert "NaN/inf" in numerics.describe()
-        stored = json.dumps([error.to_json() for error in errors], allow_nan=False)
-        assert [OutputError.from_json(item) for item in json.loads(stored)] == errors
-
-
-def test_fp16_program_outputs_compare_in_full_precision() -> None:
-    want = np.array([[1.0, -2.0, 3.0]], dtype=np.float32)
-    got = want.astype(np.float16)
-    (error,) = compare_outputs([got], [want], "m", "fp16")
-    assert error.max_abs == 0.0 and error.scale == 3.0
-
-
-def test_output_shape_mismatch_is_an_export_error() -> None:
-    with pytest.raises(ExportError, match=r"m\[fp32\] failed at numerics: output 0 has shape"):
-        compare_outputs([np.zeros((1, 2))], [np.zeros((1, 3))], "m", "fp32")
 
 
 # --- the cache ----------------------------------------------------------------------------------

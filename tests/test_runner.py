@@ -1,8 +1,4 @@
-"""The native runner: its cached build, and real runs of real programs through run_runner.
-
-The programs come from a minimal export helper here; it should move to the export stage's
-fixture once that stage exists.
-"""
+"""The native runner: its cached build, and real runs of real programs through run_runner."""
 
 from __future__ import annotations
 
@@ -12,11 +8,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.export import export_model
+from pytest_sme2.models import ModelSpec
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.build import (
     RUNNER_SOURCE_DIR,
@@ -37,42 +36,46 @@ class Program:
     eager: tuple[np.ndarray, ...]
 
 
-def _export(directory: Path) -> dict[str, Program]:
-    """Export a conv + linear model in fp32 and fp16 through XNNPACK (the user's path)."""
-    torch = pytest.importorskip("torch")
-    exir = pytest.importorskip("executorch.exir")
-    xnnpack = pytest.importorskip("executorch.backends.xnnpack.partition.xnnpack_partitioner")
-
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.fc = torch.nn.Linear(8 * 8 * 8, 10)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc(torch.relu(self.conv(x)).flatten(1))
+def _tiny() -> Any:
+    """conv + linear on an 8×8 image: small enough that shape errors are easy to provoke."""
+    import torch
 
     torch.manual_seed(0)
-    programs = {}
-    for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
-        model = Tiny().eval().to(dtype)
-        example = (torch.randn(1, 3, 8, 8).to(dtype),)
-        lowered = exir.to_edge_transform_and_lower(
-            torch.export.export(model, example), partitioner=[xnnpack.XnnpackPartitioner()]
-        ).to_executorch()
-        pte = directory / f"tiny_{name}.pte"
-        pte.write_bytes(lowered.buffer)
-        inputs = directory / f"tiny_{name}.inputs"
-        write_tensors(inputs, [t.numpy() for t in example])
-        with torch.no_grad():
-            eager = (model(*example).numpy(),)
-        programs[name] = Program(pte, inputs, eager)
-    return programs
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 8 * 8, 10),
+    ).eval()
+
+
+def _tiny_inputs(seed: int) -> tuple[Any, ...]:
+    import torch
+
+    return (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+# Not registered: the suite must not parametrize over a test's private model.
+TINY = ModelSpec(
+    name="runner_tiny",
+    factory=_tiny,
+    inputs=_tiny_inputs,
+    description=_tiny.__doc__ or "",
+    dtypes=("fp32", "fp16"),
+    source_files=(Path(__file__),),
+)
 
 
 @pytest.fixture(scope="session")
-def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Program]:
-    return _export(tmp_path_factory.mktemp("programs"))
+def programs() -> dict[str, Program]:
+    """The tiny model in fp32 and fp16 through the (cached) export stage."""
+    pytest.importorskip("executorch.exir")
+    programs = {}
+    for dtype in TINY.dtypes:
+        artifact = export_model(TINY, dtype)
+        eager = tuple(read_tensors(artifact.expected_outputs))
+        programs[dtype] = Program(artifact.pte, artifact.inputs, eager)
+    return programs
 
 
 @pytest.fixture(scope="session")
