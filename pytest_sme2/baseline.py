@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import Measurement, VariantMeasurement
-from pytest_sme2.stats import LatencyStats
+from pytest_sme2.stats import LatencyStats, Ratio, median_ratio, relative_median_ratio
 
 SCHEMA_VERSION = 1
 
@@ -46,6 +46,20 @@ class LatencyBaseline:
     max_ms: float
     std_ms: float
     samples_ms: tuple[float, ...]
+    #: the reference workload's latencies from the same rounds (see pytest_sme2.reference)
+    reference_samples_ms: tuple[float, ...] = ()
+
+    def ratio_to(self, other: LatencyBaseline) -> Ratio:
+        """How this latency moved against ``other`` (its 95 % CI): relative to the reference
+        workload when both carry one, so a machine that is slower today is not a regression."""
+        if self.reference_samples_ms and other.reference_samples_ms:
+            return relative_median_ratio(
+                self.samples_ms,
+                self.reference_samples_ms,
+                other.samples_ms,
+                other.reference_samples_ms,
+            )
+        return median_ratio(self.samples_ms, other.samples_ms)
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,9 @@ class VariantBaseline:
     shares: Mapping[str, float]
     operators: Mapping[str, float]  # operator kind → occurrences per run
     packed_operators: tuple[str, ...]
+    #: per-inference guest instructions and executed SME2 kernels, where the device shows them
+    instructions: int | None = None
+    sme2_kernels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,7 @@ class Baseline:
     variants: Mapping[str, VariantBaseline]
     speedup: SpeedupBaseline | None
     tolerances: Tolerances = field(default_factory=Tolerances)
+    instruction_ratio: float | None = None
 
 
 def baseline_path(directory: Path, device: str, model: str, dtype: str, threads: int) -> Path:
@@ -82,22 +100,29 @@ def baseline_path(directory: Path, device: str, model: str, dtype: str, threads:
     return directory / device / f"{model}-{dtype}{suffix}.json"
 
 
-def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
-    prof = vm.profile
-    samples = vm.latencies_ms
+def latency_baseline(samples: Sequence[float], reference: Sequence[float]) -> LatencyBaseline:
+    """Latency samples (and the reference workload's beside them) as a baseline stores them."""
     lat = LatencyStats.of(samples)
+    return LatencyBaseline(
+        median_ms=stable(lat.median_ms),
+        mean_ms=stable(lat.mean_ms),
+        min_ms=stable(lat.min_ms),
+        max_ms=stable(lat.max_ms),
+        std_ms=stable(lat.std_ms),
+        samples_ms=tuple(stable(s) for s in samples),
+        reference_samples_ms=tuple(stable(s) for s in reference),
+    )
+
+
+def _variant_baseline(vm: VariantMeasurement, reference_ms: Sequence[float]) -> VariantBaseline:
+    prof = vm.profile
     return VariantBaseline(
-        latency=LatencyBaseline(
-            median_ms=stable(lat.median_ms),
-            mean_ms=stable(lat.mean_ms),
-            min_ms=stable(lat.min_ms),
-            max_ms=stable(lat.max_ms),
-            std_ms=stable(lat.std_ms),
-            samples_ms=tuple(stable(s) for s in samples),
-        ),
+        latency=latency_baseline(vm.latencies_ms, reference_ms),
         shares={c: stable(s) for c, s in prof.shares.items()},
         operators={op.name: stable(op.count / prof.runs) for op in prof.operators},
         packed_operators=prof.packed_operators,
+        instructions=vm.evidence.instructions if vm.evidence else None,
+        sme2_kernels=vm.evidence.sme2_kernels if vm.evidence else (),
     )
 
 
@@ -114,9 +139,10 @@ def from_measurement(m: Measurement, tolerances: Tolerances) -> Baseline:
         device=m.device.name,
         threads=m.threads,
         fingerprint=dict(m.device.fingerprint),
-        variants={str(v): _variant_baseline(vm) for v, vm in m.variants.items()},
+        variants={str(v): _variant_baseline(vm, m.reference_ms) for v, vm in m.variants.items()},
         speedup=speedup,
         tolerances=tolerances,
+        instruction_ratio=stable(m.instruction_ratio) if m.instruction_ratio else None,
     )
 
 
@@ -156,10 +182,18 @@ def load(path: Path) -> Baseline | None:
         for name, v in _require(doc, "variants", path).items():
             lat = _require(v, "latency", path)
             variants[name] = VariantBaseline(
-                latency=LatencyBaseline(**{**lat, "samples_ms": tuple(lat["samples_ms"])}),
+                latency=LatencyBaseline(
+                    **{
+                        **lat,
+                        "samples_ms": tuple(lat["samples_ms"]),
+                        "reference_samples_ms": tuple(lat.get("reference_samples_ms", ())),
+                    }
+                ),
                 shares=dict(_require(v, "shares", path)),
                 operators=dict(_require(v, "operators", path)),
                 packed_operators=tuple(_require(v, "packed_operators", path)),
+                instructions=v.get("instructions"),
+                sme2_kernels=tuple(v.get("sme2_kernels", ())),
             )
         speedup = doc.get("speedup")
         return Baseline(
@@ -171,6 +205,7 @@ def load(path: Path) -> Baseline | None:
             variants=variants,
             speedup=SpeedupBaseline(**speedup) if speedup else None,
             tolerances=Tolerances(**_require(doc, "tolerances", path)),
+            instruction_ratio=doc.get("instruction_ratio"),
         )
     except (TypeError, AttributeError, KeyError, ValueError) as err:
         raise ConfigError(
@@ -187,9 +222,10 @@ def save(path: Path, b: Baseline) -> None:
 def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baseline, tuple[str, ...]]:
     """``new``, keeping every value still within tolerance ``tol`` of ``old``; and the changes.
 
-    Structure (operator counts, packed operators) and the fingerprint are compared exactly; shares
-    by ``share_points``; latency by ``latency_percent`` on the median; speedup by
-    ``speedup_percent``. Returns the baseline to store and one line per change.
+    Structure (operator counts, packed operators, SME2 kernels) and the fingerprint are compared
+    exactly; shares by ``share_points``; latency and speedup as the gates judge them (their 95 %
+    interval wholly beyond ``latency_percent`` / ``speedup_percent``). Returns the baseline to
+    store and one line per change.
     """
     if old is None:
         return new, ("new baseline",)
@@ -212,7 +248,7 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
             variants[name] = nv
             continue
         latency = ov.latency
-        if abs(nv.latency.median_ms / ov.latency.median_ms - 1) * 100 > tol.latency_percent:
+        if _clearly_moved(nv.latency.ratio_to(ov.latency), tol.latency_percent):
             changes.append(
                 f"{name} median latency {ov.latency.median_ms} → {nv.latency.median_ms} ms"
             )
@@ -230,7 +266,13 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
             changes.append(
                 f"{name} packed operators {list(ov.packed_operators)} → {list(nv.packed_operators)}"
             )
-        variants[name] = replace(nv, latency=latency, shares=shares)
+        if ov.sme2_kernels != nv.sme2_kernels:
+            changes.append(f"{name} SME2 kernels {list(ov.sme2_kernels)} → {list(nv.sme2_kernels)}")
+        instructions = ov.instructions
+        if _moved(ov.instructions, nv.instructions, tol.latency_percent):
+            changes.append(f"{name} instructions/inference {ov.instructions} → {nv.instructions}")
+            instructions = nv.instructions
+        variants[name] = replace(nv, latency=latency, shares=shares, instructions=instructions)
     changes += [
         f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
     ]
@@ -241,11 +283,39 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
                 f"speedup {old.speedup and old.speedup.value} → {new.speedup and new.speedup.value}"
             )
         speedup = new.speedup
-    elif abs(new.speedup.value / old.speedup.value - 1) * 100 > tol.speedup_percent:
+    elif not (
+        new.speedup.low <= old.speedup.value * (1 + tol.speedup_percent / 100)
+        and new.speedup.high >= old.speedup.value * (1 - tol.speedup_percent / 100)
+    ):  # the new interval lies wholly beyond tolerance of the stored value: it moved
         changes.append(f"speedup {old.speedup.value}× → {new.speedup.value}×")
         speedup = new.speedup
-    merged = replace(new, variants=variants, speedup=speedup, tolerances=tol)
+    instruction_ratio = old.instruction_ratio
+    if _moved(old.instruction_ratio, new.instruction_ratio, tol.speedup_percent):
+        changes.append(f"instruction ratio {old.instruction_ratio}× → {new.instruction_ratio}×")
+        instruction_ratio = new.instruction_ratio
+    merged = replace(
+        new,
+        variants=variants,
+        speedup=speedup,
+        tolerances=tol,
+        instruction_ratio=instruction_ratio,
+    )
     return merged, tuple(changes)
+
+
+def _clearly_moved(ratio: Ratio, percent: float) -> bool:
+    """The gates' rule: the ratio's 95 % CI lies wholly beyond ±percent.
+
+    Noise alone must neither fail a test nor rewrite a baseline.
+    """
+    return ratio.low > 1 + percent / 100 or ratio.high < 1 - percent / 100
+
+
+def _moved(old: float | None, new: float | None, percent: float) -> bool:
+    """Whether a stored number should be replaced: it appeared, vanished or moved > ``percent``."""
+    if old is None or new is None:
+        return old != new
+    return old == 0 or abs(new / old - 1) * 100 > percent
 
 
 def operator_diff(old: Mapping[str, float], new: Mapping[str, float]) -> list[str]:

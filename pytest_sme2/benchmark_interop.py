@@ -19,10 +19,15 @@ from pytest_sme2.measure import Measurement
 def add_benchmarks(config: pytest.Config, nodeid: str, m: Measurement) -> int:
     """Append one entry per measured variant to pytest-benchmark's session; returns how many.
 
-    Nothing is added when pytest-benchmark is absent or disabled (``--benchmark-disable``, xdist).
+    Nothing is added when pytest-benchmark is absent or disabled (``--benchmark-disable``, xdist),
+    or when no pytest-benchmark output was asked for (``--benchmark-json``, ``--benchmark-save``,
+    ``--benchmark-autosave``, ``--benchmark-compare``): the suite's own summary table is enough
+    for a plain run, and pytest-benchmark's would repeat it at length.
     """
     session = getattr(config, "_benchmarksession", None)
     if session is None or session.disabled:
+        return 0
+    if not (session.json or session.save or session.autosave or session.compare):
         return 0
     from pytest_benchmark.stats import Metadata
 

@@ -19,12 +19,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pytest_sme2.baseline import Baseline, Tolerances, operator_diff
+from pytest_sme2.baseline import Baseline, Tolerances, latency_baseline, operator_diff
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import Measurement
-from pytest_sme2.stats import median_ratio
 
 
 class Status(enum.StrEnum):
@@ -50,6 +49,7 @@ class Expectations:
     min_share: Mapping[str, float] = field(default_factory=dict)
     require_sme2_kernels: bool = False
     op_counts: Mapping[str, float] = field(default_factory=dict)
+    instruction_ratio_floor: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_share", "min_share"):
@@ -63,8 +63,10 @@ class Expectations:
                     raise ConfigError(
                         f"sme2 marker {name}[{cat!r}]={value}: a share is a fraction 0–1"
                     )
-        if self.speedup_floor is not None and self.speedup_floor <= 0:
-            raise ConfigError(f"sme2 marker speedup_floor={self.speedup_floor} must be > 0")
+        for name in ("speedup_floor", "instruction_ratio_floor"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"sme2 marker {name}={value} must be > 0")
 
 
 def _case(m: Measurement) -> str:
@@ -84,6 +86,8 @@ def judge(
     verdicts += _op_counts(m, expectations)
     verdicts += _sme2_kernels(m, expectations)
     verdicts += _speedup(m, baseline, expectations, tolerances)
+    verdicts += _instruction_ratio(m, baseline, expectations, tolerances)
+    verdicts += _parity(m)
     if baseline is not None:
         verdicts += _structure(m, baseline)
         verdicts += _shares(m, baseline, tolerances)
@@ -145,32 +149,123 @@ def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
 
 
 def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
+    """Did SME2 run with SME2 on, and nothing SME with it off?
+
+    Executed kernels (device evidence) are the strongest proof and the only one for dynamic int8;
+    packed operator names (PF32/PF16/PQS8) prove SME for the other dtypes but cannot tell SME1
+    from SME2.
+    """
     if not exp.require_sme2_kernels:
         return []
+    gate = "sme2-kernels"
     if not m.device.has_sme2 or Variant.ON not in m.variants:
-        reason = m.device.limits.get("sme2", f"{m.device.name} has no SME2")
-        return [Verdict("sme2-kernels", Status.SKIP, reason)]
-    on = m.variants[Variant.ON].profile.packed_operators
-    off = m.variants[Variant.OFF].profile.packed_operators if Variant.OFF in m.variants else ()
-    if not on:
+        return [
+            Verdict(gate, Status.SKIP, m.device.limits.get("sme2", f"{m.device.name} has no SME2"))
+        ]
+    on, off = m.variants[Variant.ON], m.variants.get(Variant.OFF)
+    leaked = (
+        *(off.profile.packed_operators if off else ()),
+        *(off.evidence.sme2_kernels + off.evidence.sme_kernels if off and off.evidence else ()),
+    )
+    if leaked:
         return [
             Verdict(
-                "sme2-kernels",
+                gate,
                 Status.FAIL,
-                f"no packed SME operator ran with SME2 on for {_case(m)}",
+                f"SME ran with SME2 off for {_case(m)}: the off variant is not SME-free",
+                leaked,
             )
         ]
-    if off:
+    packed = on.profile.packed_operators
+    if on.evidence is not None:
+        if on.evidence.sme2_kernels:
+            return [
+                Verdict(
+                    gate,
+                    Status.PASS,
+                    f"SME2 kernels executed ({on.evidence.source}): "
+                    + ", ".join(on.evidence.sme2_kernels),
+                )
+            ]
+        only_sme1 = (
+            f"; only SME1 kernels ran: {', '.join(on.evidence.sme_kernels)}"
+            if on.evidence.sme_kernels
+            else ""
+        )
         return [
             Verdict(
-                "sme2-kernels",
+                gate,
                 Status.FAIL,
-                f"packed SME operators ran with SME2 off for {_case(m)}: "
-                "the off variant is not SME-free",
-                tuple(off),
+                f"no SME2 kernel executed with SME2 on for {_case(m)} "
+                f"({on.evidence.source}){only_sme1}",
             )
         ]
-    return [Verdict("sme2-kernels", Status.PASS, f"SME2 kernels ran: {', '.join(on)}")]
+    if packed:
+        return [Verdict(gate, Status.PASS, f"packed SME operators ran: {', '.join(packed)}")]
+    if m.dtype == "int8-dynamic":
+        return [
+            Verdict(
+                gate,
+                Status.SKIP,
+                "operator names cannot prove SME2 for dynamic int8 (QP8 GEMMs are named "
+                f"alike on NEON) and {m.device.name} shows no executed kernels",
+            )
+        ]
+    return [Verdict(gate, Status.FAIL, f"no packed SME operator ran with SME2 on for {_case(m)}")]
+
+
+def _parity(m: Measurement) -> list[Verdict]:
+    if m.parity is None:
+        return []
+    if m.parity.ok:
+        return [
+            Verdict("parity", Status.PASS, f"SME2-on outputs match SME2-off: {m.parity.describe()}")
+        ]
+    return [
+        Verdict(
+            "parity",
+            Status.FAIL,
+            f"SME2-on outputs of {_case(m)} differ from SME2-off: {m.parity.describe()}",
+        )
+    ]
+
+
+def _instruction_ratio(
+    m: Measurement, baseline: Baseline | None, exp: Expectations, tol: Tolerances
+) -> list[Verdict]:
+    """Instructions off ÷ on: deterministic under emulation, so judged without an interval."""
+    ratio = m.instruction_ratio
+    if ratio is None:
+        if exp.instruction_ratio_floor is None:
+            return []
+        reason = f"{m.device.name} does not count instructions"
+        return [Verdict("instruction-ratio", Status.SKIP, reason)]
+    verdicts = []
+    if exp.instruction_ratio_floor is not None:
+        ok = ratio >= exp.instruction_ratio_floor
+        verdicts.append(
+            Verdict(
+                "instruction-ratio-floor",
+                Status.PASS if ok else Status.FAIL,
+                f"SME2 instruction ratio {ratio:.2f}× (instructions off ÷ on) is "
+                + ("at least" if ok else "below")
+                + f" the floor {exp.instruction_ratio_floor:g}× for {_case(m)}",
+            )
+        )
+    if baseline is not None and baseline.instruction_ratio is not None:
+        limit = baseline.instruction_ratio * (1 - tol.speedup_percent / 100)
+        ok = ratio >= limit
+        verdicts.append(
+            Verdict(
+                "instruction-ratio-baseline",
+                Status.PASS if ok else Status.FAIL,
+                f"SME2 instruction ratio {ratio:.2f}× "
+                + ("vs" if ok else "fell below")
+                + f" the baseline {baseline.instruction_ratio:g}×"
+                + ("" if ok else f" beyond the {tol.speedup_percent:g}% tolerance for {_case(m)}"),
+            )
+        )
+    return verdicts
 
 
 def _speedup(
@@ -242,6 +337,9 @@ def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
         actual = {op.name: round(op.count / prof.runs, 4) for op in prof.operators}
         stored_ops = {k: round(v, 4) for k, v in stored.operators.items()}
         diff = operator_diff(stored_ops, actual)
+        kernels = vm.evidence.sme2_kernels if vm.evidence else ()
+        if tuple(stored.sme2_kernels) != kernels:
+            diff.append(f"SME2 kernels {list(stored.sme2_kernels)} → {list(kernels)}")
         if tuple(stored.packed_operators) != prof.packed_operators:
             diff.append(
                 f"packed operators {list(stored.packed_operators)} → {list(prof.packed_operators)}"
@@ -324,23 +422,30 @@ def _latency(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdic
         stored = baseline.variants.get(str(variant))
         if stored is None:
             continue
-        ratio = median_ratio(vm.latencies_ms, stored.latency.samples_ms)
+        now = latency_baseline(vm.latencies_ms, m.reference_ms)
+        ratio = now.ratio_to(stored.latency)
+        relative = bool(now.reference_samples_ms and stored.latency.reference_samples_ms)
+        basis = "relative to the reference workload, " if relative else ""
         gate = f"latency[{variant}]"
-        limit = 1 + tol.latency_percent / 100
-        median = ratio.value * stored.latency.median_ms
-        if ratio.low > limit:
+        if ratio.low > 1 + tol.latency_percent / 100:
             verdicts.append(
                 Verdict(
                     gate,
                     Status.FAIL,
                     f"E2E latency of {_case(m)} ({variant}) rose {100 * (ratio.value - 1):.0f}% "
-                    f"(median {median:.3f} ms vs baseline {stored.latency.median_ms:g} ms, "
-                    f"ratio {ratio.describe()}), beyond the {tol.latency_percent:g}% tolerance",
+                    f"(median {now.median_ms:g} ms vs baseline {stored.latency.median_ms:g} ms, "
+                    f"{basis}ratio {ratio.describe()}), beyond the {tol.latency_percent:g}% "
+                    "tolerance",
                 )
             )
         else:
             verdicts.append(
-                Verdict(gate, Status.PASS, f"E2E latency ratio {ratio.describe()} vs baseline")
+                Verdict(
+                    gate,
+                    Status.PASS,
+                    f"E2E latency ratio {ratio.describe()} vs baseline"
+                    + (" (relative to the reference workload)" if relative else ""),
+                )
             )
     return verdicts
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from pytest_sme2.analysis import Comparison, Profile, compare, profile
 from pytest_sme2.categories import Classifier
-from pytest_sme2.devices.base import Device, DeviceInfo, Variant
-from pytest_sme2.errors import ConfigError
+from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
 from pytest_sme2.runner.invoke import RunPlan, RunResult
+from pytest_sme2.tensors import read_tensors
 from pytest_sme2.trace import Trace, read_etdump
 
 
@@ -28,7 +30,7 @@ class MeasurePlan:
     warmup: int = 2
     threads: int = 1
     rounds: int = 4
-    traced_runs: int = 5
+    traced_runs: int = 10
 
     def __post_init__(self) -> None:
         for name in ("runs", "rounds", "traced_runs", "threads"):
@@ -54,6 +56,8 @@ class VariantMeasurement:
     profile: Profile
     traced: RunResult
     timing_runs: tuple[RunResult, ...]
+    #: kernels/instruction counts, from devices that can show them (qemu exec log, kernel log)
+    evidence: Sme2Evidence | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,22 @@ class Measurement:
     device: DeviceInfo
     variants: Mapping[Variant, VariantMeasurement]
     interleaved: bool
+    #: SME2-on outputs against SME2-off outputs (same program, same inputs), when both ran
+    parity: Numerics | None = None
+    #: the reference workload's timing-only latencies from the same rounds (machine speed)
+    reference_ms: tuple[float, ...] = ()
+
+    @property
+    def instruction_ratio(self) -> float | None:
+        """Guest instructions per inference, SME2-off ÷ SME2-on, where the device counts them.
+
+        Where time is not meaningful (emulation) this is the measure of what SME2 saves.
+        """
+        on, off = self.variants.get(Variant.ON), self.variants.get(Variant.OFF)
+        counts = [vm.evidence.instructions if vm and vm.evidence else None for vm in (on, off)]
+        if None in counts or not counts[0]:
+            return None
+        return counts[1] / counts[0]
 
     @property
     def comparison(self) -> Comparison | None:
@@ -92,18 +112,25 @@ def measure(
     plan: MeasurePlan,
     workdir: Path,
     classifier: Classifier | None = None,
+    reference: tuple[Path, Path] | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
-    each."""
+    each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
+    time is meaningful, so latency can be judged against the machine's speed of the moment."""
     info = device.info()
     variants = info.variants
     timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
+    reference_ms: list[float] = []
     for index, runs in enumerate(plan.runs_per_round()):
         order = variants if index % 2 == 0 else tuple(reversed(variants))
+        run_plan = RunPlan(runs=runs, warmup=plan.warmup, threads=plan.threads, traced=False)
         for variant in order:
-            run_plan = RunPlan(runs=runs, warmup=plan.warmup, threads=plan.threads, traced=False)
             result = device.run(pte, inputs, variant, run_plan, workdir / f"{variant}-round{index}")
             timing[variant].append(result)
+        if reference is not None and info.time_meaningful:
+            ref_dir = workdir / f"reference-round{index}"
+            ref = device.run(*reference, variants[-1], run_plan, ref_dir)
+            reference_ms.extend(ref.latencies_ms)
     measured: dict[Variant, VariantMeasurement] = {}
     for variant in variants:
         traced_plan = RunPlan(
@@ -112,6 +139,9 @@ def measure(
         traced = device.run(pte, inputs, variant, traced_plan, workdir / f"{variant}-traced")
         assert traced.etdump is not None, "a traced run always writes an ETDump"
         trace = read_etdump(traced.etdump)
+        evidence = device.evidence(
+            pte, inputs, variant, plan.threads, workdir / f"{variant}-evidence"
+        )
         measured[variant] = VariantMeasurement(
             variant=variant,
             latencies_ms=tuple(ms for r in timing[variant] for ms in r.latencies_ms),
@@ -119,8 +149,11 @@ def measure(
             profile=profile(trace, warmup=traced.warmup, classifier=classifier),
             traced=traced,
             timing_runs=tuple(timing[variant]),
+            evidence=evidence,
         )
     return Measurement(
+        parity=_parity(measured, model, dtype),
+        reference_ms=tuple(reference_ms),
         model=model,
         dtype=dtype,
         threads=plan.threads,
@@ -128,3 +161,26 @@ def measure(
         variants=measured,
         interleaved=len(variants) > 1,
     )
+
+
+def _parity(
+    measured: Mapping[Variant, VariantMeasurement], model: str, dtype: str
+) -> Numerics | None:
+    """SME2-on outputs judged against SME2-off outputs with the dtype's tolerance.
+
+    The same program on the same inputs must compute the same thing whichever kernels ran; a
+    broken SME2 kernel would show here even where eager PyTorch is not at hand.
+    """
+    runs = [
+        measured[v].traced.outputs if v in measured else None for v in (Variant.ON, Variant.OFF)
+    ]
+    if None in runs:
+        return None
+    on, off = (read_tensors(path) for path in runs)
+    try:
+        errors = compare_outputs(on, off, what="SME2-off")
+    except MismatchError as err:
+        raise RunnerError(
+            f"SME2-on and SME2-off outputs of {model}[{dtype}] differ: {err}"
+        ) from None
+    return Numerics.judge(errors, TOLERANCES[dtype])

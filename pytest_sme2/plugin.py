@@ -160,6 +160,16 @@ def exported_model() -> Callable[[str, str], Artifact]:
     return export
 
 
+@pytest.fixture(scope="session")
+def sme2_reference() -> tuple[Path, Path]:
+    """The reference workload's program and inputs, timed beside every model (machine speed)."""
+    from pytest_sme2.export import export_model
+    from pytest_sme2.reference import REFERENCE
+
+    artifact = _or_fail(lambda: export_model(REFERENCE, "fp32"))
+    return artifact.pte, artifact.inputs
+
+
 @pytest.fixture
 def sme2_artifact(sme2_case: Case, exported_model: Callable[[str, str], Artifact]) -> Artifact:
     """The current case's export; an export that fails or computes wrong numbers is an xfail."""
@@ -192,6 +202,7 @@ def sme2_measurement(
     sme2_device: Device,
     sme2_settings: Settings,
     sme2_artifacts_dir: Path,
+    sme2_reference: tuple[Path, Path],
 ) -> Measurement:
     """Every variant the device supports, measured: timing-only rounds plus one traced run each."""
     from pytest_sme2.measure import measure
@@ -206,6 +217,7 @@ def sme2_measurement(
             plan=replace(sme2_settings.plan, threads=sme2_case.threads),
             workdir=sme2_artifacts_dir,
             classifier=sme2_settings.classifier,
+            reference=sme2_reference,
         )
     )
     request.node.stash[MEASUREMENT_KEY] = result

@@ -41,7 +41,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("runs", "20", "timing-only runs per variant (split over --sme2-rounds)", "int"),
     Option("warmup", "2", "warm-up runs discarded before each measured batch", "int"),
     Option("rounds", "4", "interleaved SME2-on/off rounds the timing runs are split into", "int"),
-    Option("traced-runs", "5", "runs in the traced (ETDump) run of each variant", "int"),
+    Option("traced-runs", "10", "runs in the traced (ETDump) run of each variant", "int"),
     Option("threads", "1", "CPU threads: one number or a comma-separated list (1,2)"),
     Option("models", "", "comma-separated model names to run (default: all registered)"),
     Option("dtypes", "", f"comma-separated dtypes to run (default: all of {', '.join(DTYPES)})"),

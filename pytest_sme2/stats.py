@@ -88,15 +88,49 @@ def median_ratio(
         raise ValueError("a ratio needs samples on both sides")
     if paired and num.size != den.size:
         raise ValueError(f"paired samples differ in length: {num.size} vs {den.size}")
-    value = float(np.median(num) / np.median(den))
     rng = np.random.default_rng(seed)
     if paired:
         idx = rng.integers(0, num.size, size=(BOOTSTRAP_RESAMPLES, num.size))
         ratios = np.median(num[idx], axis=1) / np.median(den[idx], axis=1)
     else:
-        num_idx = rng.integers(0, num.size, size=(BOOTSTRAP_RESAMPLES, num.size))
-        den_idx = rng.integers(0, den.size, size=(BOOTSTRAP_RESAMPLES, den.size))
-        ratios = np.median(num[num_idx], axis=1) / np.median(den[den_idx], axis=1)
+        ratios = _resampled_medians(num, rng) / _resampled_medians(den, rng)
+    return _ratio(float(np.median(num) / np.median(den)), ratios, level, paired)
+
+
+def relative_median_ratio(
+    numerator: Sequence[float],
+    numerator_reference: Sequence[float],
+    denominator: Sequence[float],
+    denominator_reference: Sequence[float],
+    *,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Ratio:
+    """How ``numerator`` moved against ``denominator`` once each is divided by the reference
+    workload measured beside it: ``(med(n) / med(n_ref)) / (med(d) / med(d_ref))``.
+
+    A machine that got uniformly slower moves both a latency and its reference, and cancels out.
+    The interval resamples the four sample sets independently.
+    """
+    sets = [
+        np.asarray(x, dtype=float)
+        for x in (numerator, numerator_reference, denominator, denominator_reference)
+    ]
+    if any(x.size == 0 for x in sets):
+        raise ValueError("a relative ratio needs samples in all four sets")
+    n, nr, d, dr = sets
+    value = float((np.median(n) / np.median(nr)) / (np.median(d) / np.median(dr)))
+    rng = np.random.default_rng(seed)
+    n_b, nr_b, d_b, dr_b = (_resampled_medians(x, rng) for x in sets)
+    return _ratio(value, (n_b / nr_b) / (d_b / dr_b), level, paired=False)
+
+
+def _resampled_medians(samples: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    idx = rng.integers(0, samples.size, size=(BOOTSTRAP_RESAMPLES, samples.size))
+    return np.median(samples[idx], axis=1)
+
+
+def _ratio(value: float, resampled: np.ndarray, level: float, paired: bool) -> Ratio:
     tail = 100.0 * (1.0 - level) / 2.0
-    low, high = (float(v) for v in np.percentile(ratios, [tail, 100.0 - tail]))
+    low, high = (float(v) for v in np.percentile(resampled, [tail, 100.0 - tail]))
     return Ratio(value=value, low=low, high=high, paired=paired)

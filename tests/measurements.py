@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_sme2.analysis import profile
-from pytest_sme2.devices.base import DeviceInfo, Variant
+from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunResult
 from pytest_sme2.trace import Event, Run, Trace
@@ -52,6 +52,21 @@ SME2_DEVICE = DeviceInfo(
     time_meaningful=True,
 )
 
+EMULATOR = DeviceInfo(
+    name="emulator",
+    fingerprint={"qemu": "11.1.3", "executorch": "1.5.1"},
+    has_sme2=True,
+    variants=(Variant.ON, Variant.OFF),
+    time_meaningful=False,
+    limits={"speedup": "emulated time is not a performance signal"},
+)
+
+SME2_KERNEL = "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa"
+ON_EVIDENCE = Sme2Evidence(
+    instructions=86_000, sme_instructions=13_000, sme2_kernels=(SME2_KERNEL,), source="exec log"
+)
+OFF_EVIDENCE = Sme2Evidence(instructions=215_000, sme_instructions=0, source="exec log")
+
 OFF_OPS = (
     ("Convolution (NHWC, F32) IGEMM", 4.0),
     ("Fully Connected (NC, F32) GEMM", 3.0),
@@ -64,7 +79,9 @@ ON_OPS = (
 )
 
 
-def variant(v: Variant, ops, latencies: Sequence[float]) -> VariantMeasurement:
+def variant(
+    v: Variant, ops, latencies: Sequence[float], evidence: Sme2Evidence | None = None
+) -> VariantMeasurement:
     trace = make_trace(ops)
     result = RunResult(
         latencies_ms=tuple(latencies),
@@ -82,6 +99,7 @@ def variant(v: Variant, ops, latencies: Sequence[float]) -> VariantMeasurement:
         profile=profile(trace),
         traced=result,
         timing_runs=(result,),
+        evidence=evidence,
     )
 
 
@@ -92,13 +110,17 @@ def measurement(
     on_latencies: Sequence[float] = (4.0, 4.05, 3.95, 4.0, 4.02, 3.98),
     off_ops=OFF_OPS,
     on_ops=ON_OPS,
+    on_evidence: Sme2Evidence | None = None,
+    off_evidence: Sme2Evidence | None = None,
+    dtype: str = "fp32",
 ) -> Measurement:
-    variants = {Variant.OFF: variant(Variant.OFF, off_ops, off_latencies)}
+    variants = {Variant.OFF: variant(Variant.OFF, off_ops, off_latencies, off_evidence)}
     if Variant.ON in device.variants:
-        variants = {Variant.ON: variant(Variant.ON, on_ops, on_latencies), **variants}
+        on = variant(Variant.ON, on_ops, on_latencies, on_evidence)
+        variants = {Variant.ON: on, **variants}
     return Measurement(
         model="toy",
-        dtype="fp32",
+        dtype=dtype,
         threads=1,
         device=device,
         variants=variants,

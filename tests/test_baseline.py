@@ -71,3 +71,23 @@ def test_merge_keeps_values_within_tolerance_and_reports_changes():
 def test_new_baseline_is_reported_as_such():
     b = from_measurement(measurement(SME2_DEVICE), TOL)
     assert merge(None, b, TOL) == (b, ("new baseline",))
+
+
+def test_evidence_round_trips_and_kernel_changes_are_reported(tmp_path):
+    from dataclasses import replace
+
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
+    b = from_measurement(m, TOL)
+    store.save(tmp_path / "b.json", b)
+    assert store.load(tmp_path / "b.json") == b
+    assert b.variants["sme2-on"].sme2_kernels == ON_EVIDENCE.sme2_kernels
+    assert b.variants["sme2-on"].instructions == 86_000
+    other = measurement(
+        EMULATOR,
+        on_evidence=replace(ON_EVIDENCE, sme2_kernels=("k_sme2",)),
+        off_evidence=OFF_EVIDENCE,
+    )
+    _, changes = merge(b, from_measurement(other, TOL), TOL)
+    assert changes == (f"sme2-on SME2 kernels {list(ON_EVIDENCE.sme2_kernels)} → ['k_sme2']",)

@@ -130,3 +130,91 @@ def test_bad_marker_values_are_config_errors():
         Expectations(max_share={"Convolutions": 0.5})
     with pytest.raises(ConfigError, match="a share is a fraction"):
         Expectations(min_share={"GEMM": 40})
+
+
+def test_executed_sme2_kernels_prove_dynamic_int8_where_names_cannot():
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(
+        EMULATOR,
+        on_ops=OFF_OPS,
+        on_evidence=ON_EVIDENCE,
+        off_evidence=OFF_EVIDENCE,
+        dtype="int8-dynamic",
+    )
+    v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert v.status is Status.PASS
+    assert "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4" in v.message
+
+
+def test_dynamic_int8_without_kernel_evidence_is_skipped_not_passed():
+    m = measurement(SME2_DEVICE, on_ops=OFF_OPS, dtype="int8-dynamic")
+    v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert v.status is Status.SKIP
+    assert v.message.startswith("operator names cannot prove SME2 for dynamic int8")
+
+
+def test_only_sme1_kernels_fail_and_sme_in_the_off_variant_fails():
+    from pytest_sme2.devices.base import Sme2Evidence
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    sme1 = Sme2Evidence(instructions=90_000, sme_kernels=("kai_run_x_sme_mopa",), source="log")
+    m = measurement(EMULATOR, on_evidence=sme1, off_evidence=OFF_EVIDENCE)
+    v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert v.status is Status.FAIL
+    assert "only SME1 kernels ran: kai_run_x_sme_mopa" in v.message
+    leaky = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=ON_EVIDENCE)
+    v = by_gate(judge(leaky, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert v.status is Status.FAIL and "the off variant is not SME-free" in v.message
+
+
+def test_instruction_ratio_floor_and_baseline_on_an_emulator():
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
+    assert m.instruction_ratio == pytest.approx(215 / 86)
+    verdicts = by_gate(judge(m, None, Expectations(instruction_ratio_floor=3.0), TOL))
+    floor = verdicts["instruction-ratio-floor"]
+    assert floor.status is Status.FAIL
+    assert floor.message == (
+        "SME2 instruction ratio 2.50× (instructions off ÷ on) is below the floor 3× "
+        "for toy[fp32] on emulator"
+    )
+    base = from_measurement(m, TOL)
+    assert base.instruction_ratio == 2.5
+    assert base.speedup is None  # emulated time gives no speedup to store
+    worse = measurement(
+        EMULATOR, on_evidence=replace(ON_EVIDENCE, instructions=150_000), off_evidence=OFF_EVIDENCE
+    )
+    v = by_gate(judge(worse, base, Expectations(), TOL))["instruction-ratio-baseline"]
+    assert v.status is Status.FAIL and "fell below the baseline 2.5×" in v.message
+    assert by_gate(judge(m, base, Expectations(), TOL))["latency"].status is Status.SKIP
+
+
+def test_outputs_that_differ_on_vs_off_fail_parity_with_the_numbers():
+    from pytest_sme2.numerics import Numerics
+
+    bad = Numerics(max_abs=0.5, max_rel=0.5, tolerance_abs=1e-5, tolerance_rel=1e-4, ok=False)
+    v = by_gate(judge(replace(measurement(SME2_DEVICE), parity=bad), None, Expectations(), TOL))
+    assert v["parity"].status is Status.FAIL
+    assert v["parity"].message == (
+        "SME2-on outputs of toy[fp32] on phone differ from SME2-off: max abs err 5.0e-01, "
+        "max rel err 5.0e-01 (tolerance abs 1e-05 + rel 0.0001 of the output range)"
+    )
+
+
+def test_a_slower_machine_is_not_a_regression_but_a_slower_model_is():
+    ref = (2.0, 2.02, 1.98, 2.01, 1.99, 2.0)
+    base = from_measurement(replace(measurement(HOST), reference_ms=ref), TOL)
+    assert base.variants["sme2-off"].latency.reference_samples_ms == ref
+    slow_off = (12.0, 12.1, 11.9, 12.05, 11.95, 12.0)
+    slow_machine = replace(
+        measurement(HOST, off_latencies=slow_off), reference_ms=tuple(1.2 * r for r in ref)
+    )
+    v = by_gate(judge(slow_machine, base, Expectations(), TOL))["latency[sme2-off]"]
+    assert v.status is Status.PASS
+    assert v.message.endswith("(relative to the reference workload)")
+    slow_model = replace(measurement(HOST, off_latencies=slow_off), reference_ms=ref)
+    v = by_gate(judge(slow_model, base, Expectations(), TOL))["latency[sme2-off]"]
+    assert v.status is Status.FAIL
+    assert "relative to the reference workload, ratio 1.20×" in v.message

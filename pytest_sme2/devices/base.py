@@ -46,6 +46,25 @@ class DeviceInfo:
         return Variant.ON in self.variants and Variant.OFF in self.variants
 
 
+@dataclass(frozen=True)
+class Sme2Evidence:
+    """What a device can show beyond operator names about one variant's execution.
+
+    Names prove SME for fp32/fp16/static int8 (``PF32``/``PF16``/``PQS8``) but not for dynamic
+    int8, whose ``QP8`` GEMMs look the same on NEON. Executed kernel symbols and instruction counts
+    (qemu's execution log) or the XNNPACK kernel log (Debug runners) do. Counts are per inference.
+    """
+
+    instructions: int | None = None
+    sme_instructions: int | None = None
+    #: executed kernels whose name says SME2 (``kai_*_sme2_*``, ``xnn_*__neonsme2``)
+    sme2_kernels: tuple[str, ...] = ()
+    #: executed SME1-only kernels (``*_sme_*``, ``__neonsme``): SME without SME2
+    sme_kernels: tuple[str, ...] = ()
+    #: where the evidence comes from, for reports: "qemu exec log", "XNNPACK kernel log", …
+    source: str = ""
+
+
 OptionGetter = Callable[[str], Any]
 
 
@@ -85,3 +104,9 @@ class Device(ABC):
         workdir: Path,
     ) -> RunResult:
         """Run ``model`` as ``variant`` with ``plan``; results and logs land in ``workdir``."""
+
+    def evidence(
+        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+    ) -> Sme2Evidence | None:
+        """Kernel/instruction evidence for ``variant``, or None where the device has none."""
+        return None
