@@ -14,14 +14,16 @@ Two rules the reference workflow got wrong are enforced here:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_sme2.categories import CATEGORIES, Classifier
 from pytest_sme2.errors import TraceError
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.stats import LatencyStats, Ratio, median_ratio
-from pytest_sme2.trace import Trace
+from pytest_sme2.trace import Event, Trace
 
+XNNPACK_BACKEND = "XnnpackBackend"
+NON_DELEGATED = "non-delegated"
 OTHER = "Other"
 NAMED_CATEGORIES = tuple(c for c in CATEGORIES if c != OTHER)
 DELEGATE_CALL = "DELEGATE_CALL"
@@ -42,6 +44,7 @@ class OperatorStat:
     share: float
     delegated: bool
     packed: bool
+    backend: str = NON_DELEGATED
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Profile:
     operators: tuple[OperatorStat, ...]
     delegated_ms: float
     non_delegated_ms: float
+    #: delegate call instruction id → backend name, from the ETRecord when one was given
+    backends: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
@@ -80,8 +85,28 @@ class Profile:
         return self.operators[:n]
 
 
-def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = None) -> Profile:
-    """Summarise ``trace`` dropping its first ``warmup`` runs (cold: allocation, weight packing)."""
+def event_backend(event: Event, backends: Mapping[int, str] | None = None) -> str:
+    """The backend that ran ``event``: the ETRecord's name for its delegate call where known;
+    else ``XnnpackBackend`` for XNNPACK-style names (only XNNPACK's profiler writes them),
+    ``delegated`` for other delegate events, and ``non-delegated`` for everything else."""
+    if not event.delegated:
+        return NON_DELEGATED
+    if backends and event.instruction_id in backends:
+        return backends[event.instruction_id]
+    return XNNPACK_BACKEND if parse_op_name(event.name).source == "xnnpack" else "delegated"
+
+
+def profile(
+    trace: Trace,
+    *,
+    warmup: int = 0,
+    classifier: Classifier | None = None,
+    backends: Mapping[int, str] | None = None,
+) -> Profile:
+    """Summarise ``trace`` dropping its first ``warmup`` runs (cold: allocation, weight packing).
+
+    ``backends`` (``pytest_sme2.etrecord.delegate_backends``) names delegated operators' backend.
+    """
     classifier = classifier or Classifier()
     kept = trace.runs[warmup:]
     if not kept:
@@ -92,7 +117,7 @@ def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = No
     n = len(kept)
     named_ms = dict.fromkeys(NAMED_CATEGORIES, 0.0)
     sub_ms: dict[str, float] = {}
-    ops: dict[str, list] = {}  # key -> [count, total_ms, delegated, category, sub, packed]
+    ops: dict[str, list] = {}  # key -> [count, total_ms, backend, category, sub, packed]
     # Each distinct name is classified once: a trace repeats a few hundred names ~10^5 times.
     entry_of: dict[str, list | None] = {}
     delegated_ms = non_delegated_ms = 0.0
@@ -102,7 +127,8 @@ def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = No
             try:
                 entry = entry_of[name]
             except KeyError:
-                entry = entry_of[name] = _entry(name, event.delegated, classifier, ops)
+                backend = event_backend(event, backends)
+                entry = entry_of[name] = _entry(name, backend, classifier, ops)
             ms = (event.end_ns - event.start_ns) / 1e6
             if entry is not None:
                 entry[0] += 1
@@ -114,7 +140,7 @@ def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = No
     e2e = tuple(run.e2e_ms for run in kept)
     mean_e2e = sum(e2e) / n
     operators = []
-    for key, (count, total, delegated, category, sub, packed) in ops.items():
+    for key, (count, total, backend, category, sub, packed) in ops.items():
         if category != OTHER:
             named_ms[category] += total / n
         sub_key = f"{category}/{sub}"
@@ -129,8 +155,9 @@ def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = No
                 mean_ms=total / count,
                 per_run_ms=total / n,
                 share=(total / n) / mean_e2e if mean_e2e else 0.0,
-                delegated=delegated,
+                delegated=backend != NON_DELEGATED,
                 packed=packed,
+                backend=backend,
             )
         )
     operators.sort(key=lambda op: (-op.total_ms, op.name))
@@ -145,10 +172,11 @@ def profile(trace: Trace, *, warmup: int = 0, classifier: Classifier | None = No
         operators=tuple(operators),
         delegated_ms=delegated_ms / n,
         non_delegated_ms=non_delegated_ms / n,
+        backends=dict(backends or {}),
     )
 
 
-def _entry(name: str, delegated: bool, classifier: Classifier, ops: dict[str, list]) -> list | None:
+def _entry(name: str, backend: str, classifier: Classifier, ops: dict[str, list]) -> list | None:
     """The accumulator of ``name``'s operator kind (created on first sight), None if not a leaf."""
     if not classifier.is_leaf(name):
         return None
@@ -156,7 +184,7 @@ def _entry(name: str, delegated: bool, classifier: Classifier, ops: dict[str, li
     entry = ops.get(parsed.key)
     if entry is None:
         category, sub = classifier.classify(name), classifier.subcategory(name)
-        entry = ops[parsed.key] = [0, 0.0, delegated, category, sub, parsed.packed]
+        entry = ops[parsed.key] = [0, 0.0, backend, category, sub, parsed.packed]
     return entry
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from pytest_sme2.analysis import Profile, profile
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.errors import Sme2Error
+from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.trace import read_etdump
 
 
@@ -45,6 +46,7 @@ def profile_to_json(prof: Profile) -> dict:
                 "per_run_ms": op.per_run_ms,
                 "share": op.share,
                 "delegated": op.delegated,
+                "backend": op.backend,
                 "packed": op.packed,
             }
             for op in prof.operators
@@ -82,7 +84,7 @@ def format_profile(prof: Profile, *, top: int, title: str) -> str:
                 "count": op.count,
                 "ms/run": op.per_run_ms,
                 "share %": 100 * op.share,
-                "delegated": "yes" if op.delegated else "no",
+                "backend": op.backend,
             }
             for op in prof.top_operators(top)
         ]
@@ -96,8 +98,8 @@ def format_profile(prof: Profile, *, top: int, title: str) -> str:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    trace = read_etdump(args.etdump)
-    prof = profile(trace, warmup=args.warmup)
+    backends = delegate_backends(args.etrecord) if args.etrecord else None
+    prof = profile(read_etdump(args.etdump), warmup=args.warmup, backends=backends)
     if args.json:
         json.dump(profile_to_json(prof), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -141,7 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="E2E statistics, categories and top operators")
     analyze.add_argument("etdump", type=Path, help="an ETDump file (.etdump / .etdp)")
     analyze.add_argument(
-        "--etrecord", type=Path, help="the model's ETRecord (accepted for compatibility)"
+        "--etrecord",
+        type=Path,
+        help="the model's ETRecord: names each delegated operator's backend",
     )
     analyze.add_argument(
         "--warmup", type=_non_negative, default=0, help="drop the first N runs (default 0)"

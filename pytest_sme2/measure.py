@@ -16,6 +16,7 @@ from pytest_sme2.analysis import Comparison, Profile, compare, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.tensors import read_tensors
@@ -113,12 +114,15 @@ def measure(
     workdir: Path,
     classifier: Classifier | None = None,
     reference: tuple[Path, Path] | None = None,
+    etrecord: Path | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
     each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
-    time is meaningful, so latency can be judged against the machine's speed of the moment."""
+    time is meaningful, so latency can be judged against the machine's speed of the moment.
+    ``etrecord`` names the backend of delegated operators."""
     info = device.info()
     variants = info.variants
+    backends = delegate_backends(etrecord) if etrecord is not None else None
     timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
     reference_ms: list[float] = []
     for index, runs in enumerate(plan.runs_per_round()):
@@ -146,7 +150,7 @@ def measure(
             variant=variant,
             latencies_ms=tuple(ms for r in timing[variant] for ms in r.latencies_ms),
             trace=trace,
-            profile=profile(trace, warmup=traced.warmup, classifier=classifier),
+            profile=profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
             traced=traced,
             timing_runs=tuple(timing[variant]),
             evidence=evidence,

@@ -218,6 +218,7 @@ def sme2_measurement(
             workdir=sme2_artifacts_dir,
             classifier=sme2_settings.classifier,
             reference=sme2_reference,
+            etrecord=sme2_artifact.etrecord,
         )
     )
     request.node.stash[MEASUREMENT_KEY] = result

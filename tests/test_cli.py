@@ -93,3 +93,55 @@ def test_a_pte_given_as_a_trace_is_named():
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"sme2: error: {pte}: ")
+
+
+def test_etrecord_names_the_backend_of_delegated_operators(tmp_path: Path, capsys):
+    import models  # noqa: F401  (registers toy_cnn)
+    from pytest_sme2.export import export_model
+    from pytest_sme2.models import get_model
+    from pytest_sme2.runner.build import build_runner
+    from pytest_sme2.runner.invoke import RunPlan, run_runner
+
+    artifact = export_model(get_model("toy_cnn"), "fp32")
+    result = run_runner(
+        build_runner("host"),
+        artifact.pte,
+        tmp_path,
+        RunPlan(runs=2, traced=True),
+        inputs=artifact.inputs,
+    )
+    args = ["analyze", str(result.etdump), "--json", "--etrecord", str(artifact.etrecord)]
+    assert main(args) == 0
+    operators = json.loads(capsys.readouterr().out)["operators"]
+    backends = {op["name"]: op["backend"] for op in operators}
+    assert backends["Convolution (NHWC, F32) IGEMM"] == "XnnpackBackend"
+    assert backends["native_call_mean.out"] == "non-delegated"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"not a zip", "not an ETRecord (not a zip archive)"),
+        (None, "no such file"),
+    ],
+)
+def test_bad_etrecord_is_one_line(tmp_path: Path, content, problem):
+    etrecord = tmp_path / "bad.etrecord"
+    if content is not None:
+        etrecord.write_bytes(content)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_sme2.cli",
+            "analyze",
+            str(FOREIGN),
+            "--etrecord",
+            str(etrecord),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"sme2: error: {etrecord}: {problem}\n"

@@ -17,9 +17,10 @@ Column meanings where the kit's were wrong or unclear (names are kept exactly):
   ``Method::execute``; an operator's per-run time over the mean E2E. Never over a sum of rows
   (rows nest, so that sum counts the same time three or four times).
 * ``type`` is the name without the `` #n`` instance counter (the kit's "base op type").
-* ``delegate_backend`` is ``XnnpackBackend`` for XNNPACK operator events, ``delegated`` for other
-  delegate events, ``non-delegated`` otherwise (the kit says "portable", but the trace cannot tell
-  portable from optimized kernels).
+* ``delegate_backend`` is the ETRecord's backend name of the event's delegate call (else
+  ``XnnpackBackend`` for XNNPACK operator events, ``delegated`` for other delegate events),
+  ``non-delegated`` otherwise (the kit says "portable", but the trace cannot tell portable from
+  optimized kernels) — see ``analysis.event_backend``.
 * ``start_us``/``end_us`` count from the trace's first ``Method::execute``; XNNPACK operator
   starts are synthetic (laid back to back by XNNPACK), their durations real.
 * ``node_id`` is the event's position in its run (pre-order: parents before children), equal for
@@ -43,7 +44,7 @@ from typing import Any
 
 import pandas as pd
 
-from pytest_sme2.analysis import Profile
+from pytest_sme2.analysis import Profile, event_backend
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Verdict
@@ -84,7 +85,6 @@ REPORT_NAME = "report.md"
 #: ``generator`` value of our manifests: ``sme2 report`` reloads those exactly.
 GENERATOR = "pytest-sme2"
 SCHEMA_VERSION = 1
-XNNPACK_BACKEND = "XnnpackBackend"
 
 
 def model_stem(m: Measurement) -> str:
@@ -101,13 +101,12 @@ def file_prefix(m: Measurement, variant: Variant) -> str:
     return f"{model_stem(m)}_{experiment(m, variant)}_t{m.threads}"
 
 
-def _backend(name: str, delegated: bool) -> str:
-    if not delegated:
-        return "non-delegated"
-    return XNNPACK_BACKEND if parse_op_name(name).source == "xnnpack" else "delegated"
-
-
-def timeline_frame(trace: Trace, model_id: str, runs: Sequence[Run] | None = None) -> pd.DataFrame:
+def timeline_frame(
+    trace: Trace,
+    model_id: str,
+    runs: Sequence[Run] | None = None,
+    backends: Mapping[int, str] | None = None,
+) -> pd.DataFrame:
     """One row per event of ``runs`` (default: every run of ``trace``): ``TIMELINE_COLUMNS``."""
     runs = trace.runs if runs is None else runs
     origin = trace.runs[0].events[0].start_ns
@@ -116,7 +115,7 @@ def timeline_frame(trace: Trace, model_id: str, runs: Sequence[Run] | None = Non
         for node, event in enumerate(run.events):
             columns["name"].append(event.name)
             columns["type"].append(parse_op_name(event.name).key)
-            columns["delegate_backend"].append(_backend(event.name, event.delegated))
+            columns["delegate_backend"].append(event_backend(event, backends))
             columns["start_us"].append((event.start_ns - origin) / 1e3)
             columns["end_us"].append((event.end_ns - origin) / 1e3)
             columns["duration_ms"].append(event.duration_ms)
@@ -137,7 +136,7 @@ def ops_stats_frame(prof: Profile, model_id: str) -> pd.DataFrame:
             "model_id": model_id,
             "name": op.name,
             "type": op.name,
-            "delegate_backend": _backend(op.name, op.delegated),
+            "delegate_backend": op.backend,
             "count": op.count,
             "total_ms": op.total_ms,
             "avg_ms": op.mean_ms,
@@ -428,9 +427,12 @@ def write_artifacts(
         source = vm.traced.etdump
         if source is not None and source.is_file():
             _link_or_copy(source, f.etdump)
-        timeline_frame(vm.trace, prefix).to_csv(f.timeline_all, index=False)
+        backends = vm.profile.backends
+        timeline_frame(vm.trace, prefix, backends=backends).to_csv(f.timeline_all, index=False)
         first_measured = vm.trace.runs[vm.profile.warmup : vm.profile.warmup + 1]
-        timeline_frame(vm.trace, prefix, first_measured).to_csv(f.timeline_run0, index=False)
+        timeline_frame(vm.trace, prefix, first_measured, backends).to_csv(
+            f.timeline_run0, index=False
+        )
         ops_stats_frame(vm.profile, prefix).to_csv(f.ops_stats, index=False)
         write_chrome_trace(
             f.chrome_trace,
