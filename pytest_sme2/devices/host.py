@@ -14,7 +14,7 @@ from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -73,7 +73,7 @@ class HostDevice(Device):
     def info(self) -> DeviceInfo:
         has_sme2 = "sme2" in _cpu_flags()
         fingerprint = {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "machine": platform.machine(),
             "cores": str(os.cpu_count()),
             "os": f"{platform.system()} {platform.release()}",

@@ -145,15 +145,27 @@ def provision_qemu(
     )
 
 
-def qemu_command(tc: QemuToolchain, *, sme2: bool, exec_log: Path | None = None) -> list[str]:
+def qemu_command(
+    tc: QemuToolchain,
+    *,
+    sme2: bool,
+    exec_log: Path | None = None,
+    sme_vector_length: int | None = None,
+) -> list[str]:
     """The command prefix that runs an aarch64 program as ``sme2-on`` or ``sme2-off``.
 
     Both variants use ``-cpu max`` (SME2 present); sme2-off preloads the shim, so the guest's
     getauxval denies SME. sme2-on unsets a host LD_PRELOAD qemu would otherwise pass to the guest.
     ``exec_log`` turns on the instruction log read by :mod:`pytest_sme2.devices.qemu_log` (the run
-    gets ~5x slower and the log hundreds of MB).
+    gets ~5x slower and the log hundreds of MB; a FIFO keeps it off the disk).
+    ``sme_vector_length`` sets the streaming vector length in bytes (a power of two from 16;
+    qemu's default is 32; the wheel's kernels crash above 64): SME kernels, and so instruction
+    counts, scale with it.
     """
-    command = [str(tc.qemu), "-cpu", "max", "-L", str(tc.sysroot)]
+    cpu = (
+        "max" if sme_vector_length is None else f"max,sme-default-vector-length={sme_vector_length}"
+    )
+    command = [str(tc.qemu), "-cpu", cpu, "-L", str(tc.sysroot)]
     command += ["-E", f"LD_PRELOAD={tc.shim}"] if not sme2 else ["-U", "LD_PRELOAD"]
     if exec_log is not None:
         command += ["-d", QEMU_LOG_FLAGS, "-D", str(exec_log)]

@@ -25,22 +25,30 @@ Executed instructions are the sum, over ``Trace`` lines, of the size of the bloc
 block runs to its end unless it faults part-way (a guest signal), which the runner does not do.
 Logs are hundreds of MB, so the file is streamed once; identical ``Trace`` lines are tallied as
 they are and parsed only when a pc is re-translated with a different shape, or at the end.
+:func:`count_calls` splits the count at each entry into one function (the runner's
+``Method::execute``): one count per inference, without start-up and loading.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 import re
+import stat
 import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from pytest_sme2.errors import TraceError
 
 QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
 """The ``-d`` items :func:`count_instructions` needs (pass ``-D <file>`` too)."""
+
+EXECUTE_SYMBOL = "_ZN10executorch7runtime6Method7executeEv"
+"""``executorch::runtime::Method::execute()`` in ``libexecutorch.so``: one call per inference."""
 
 UNMAPPED = ""
 """``InstructionCount.libraries`` key of code not mapped from a file by the guest's own ``mmap``
@@ -48,6 +56,7 @@ UNMAPPED = ""
 
 _OPENAT = re.compile(rb'^\d+ openat\(\w+,"((?:[^"\\]|\\.)*)",[^)]*\) = (\d+)$')
 _CLOSE = re.compile(rb"^\d+ close\((\d+)\) = 0$")
+_CLOCK = re.compile(rb"^\d+ clock_gettime\(")
 _MMAP = re.compile(
     rb"^\d+ mmap\((?:NULL|0x[0-9a-f]+),(\d+),([A-Z_|]+),[A-Z_|]+,(\d+),(0x[0-9a-f]+|\d+)\)"
     rb" = 0x([0-9a-f]+)$"
@@ -104,6 +113,7 @@ class _Symbols:
     """Function symbols of one ELF file, looked up by file offset (mappings are by offset)."""
 
     def __init__(self, path: Path) -> None:
+        self.name = path.name
         data = path.read_bytes()
         if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
             raise TraceError(path, "not a 64-bit little-endian ELF file")
@@ -132,6 +142,14 @@ class _Symbols:
                     entries.setdefault(value, (sym_size, data[strtab + name : end].decode()))
         self._starts = sorted(entries)
         self._entries = [entries[start] for start in self._starts]
+        self._by_name = {name: start for start, (_, name) in entries.items()}
+
+    def file_offset(self, function: str) -> int | None:
+        """Where ``function`` starts in the file, or None when it has no such symbol."""
+        vaddr = self._by_name.get(function)
+        if vaddr is None:
+            return None
+        return next((o + vaddr - v for o, v, n in self._segments if v <= vaddr < v + n), None)
 
     def lookup(self, file_offset: int) -> str | None:
         """The function containing ``file_offset`` (size 0: the nearest one before it)."""
@@ -147,27 +165,20 @@ class _Symbols:
         return name if size == 0 or vaddr < self._starts[i] + size else None
 
 
-class _Tally:
+class _Segment:
     """Executed instructions per translated-block start, accumulated while streaming."""
 
     def __init__(self) -> None:
-        self.blocks: dict[int, _Block] = {}
         self.pending: Counter[bytes] = Counter()  # identical Trace lines since the last fold
         self.insns: Counter[int] = Counter()  # executed instructions per pc
         self.sme: Counter[int] = Counter()
         self.executions = 0
 
-    def define(self, pc: int, block: _Block) -> None:
-        """A (re)translation of ``pc``: executions logged so far used the old shape."""
-        old = self.blocks.get(pc)
-        if old is not None and (old.insns, old.sme) != (block.insns, block.sme):
-            self.fold()
-        self.blocks[pc] = block
-
-    def fold(self) -> None:
+    def fold(self, blocks: Mapping[int, _Block]) -> None:
+        """Count the pending Trace lines with the blocks' current shapes."""
         for line, count in self.pending.items():
             pc = int(line.split(b"/", 2)[1], 16)  # "Trace 0: <host> [<cs_base>/<pc>/..."
-            block = self.blocks.get(pc)
+            block = blocks.get(pc)
             if block is None:  # never translated in this log: nothing to count it with
                 continue
             self.insns[pc] += count * block.insns
@@ -175,6 +186,36 @@ class _Tally:
                 self.sme[pc] += count * block.sme
             self.executions += count
         self.pending.clear()
+
+    def absorb(self, other: _Segment) -> None:
+        """Add ``other``'s folded counts to this segment's."""
+        self.insns.update(other.insns)
+        self.sme.update(other.sme)
+        self.executions += other.executions
+
+
+class _Call:
+    """One call of the marker function: counts up to its last clock read, and what follows it.
+
+    The caller reads the clock right after the call returns (every benchmark loop does), so the
+    instructions after the call's last ``clock_gettime`` are the loop's, not the call's: they are
+    dropped when the call ends, unless the call read no clock at all.
+    """
+
+    def __init__(self) -> None:
+        self.counted = _Segment()
+        self.tail = _Segment()
+
+    def clock_read(self, blocks: Mapping[int, _Block]) -> None:
+        self.tail.fold(blocks)
+        self.counted.absorb(self.tail)
+        self.tail = _Segment()
+
+    def end(self, blocks: Mapping[int, _Block]) -> _Segment:
+        self.tail.fold(blocks)
+        if self.counted.executions == 0:
+            return self.tail
+        return self.counted
 
 
 def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> InstructionCount:
@@ -185,9 +226,51 @@ def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> Instruct
     its ELF symbols name the functions executed in it. Raises TraceError if the log is missing or
     has no executed block (qemu ran without ``-d exec``).
     """
-    tally = _Tally()
+    (count,) = _stream(log_path, [_Symbols(path) for path in symbols], None)
+    return count
+
+
+def count_calls(log_path: Path, symbols: Iterable[Path], function: str) -> list[InstructionCount]:
+    """One count per call of ``function`` (an ELF symbol of one of ``symbols``), in call order.
+
+    Why: in a short run, process start-up, program loading and weight packing dwarf one
+    inference, and the first inference carries one-time set-up; with ``function`` the runner's
+    per-inference call (:data:`EXECUTE_SYMBOL`), the counts are the inferences and nothing else.
+
+    A call is counted from its entry to the last clock read (``clock_gettime``) before the next
+    call or before the guest next opens a file: the caller's clock read right after the call
+    marks its end (the last call's, too, though the runner goes on to format its results), and
+    the runner opens no file inside its inference loop. Raises TraceError as
+    :func:`count_instructions` does, and when ``function`` is not in ``symbols`` or never ran.
+    """
+    paths = list(symbols)
+    tables = [_Symbols(path) for path in paths]
+    offsets = {
+        table.name: offset
+        for table in tables
+        if (offset := table.file_offset(function)) is not None
+    }
+    if not offsets:
+        names = ", ".join(path.name for path in paths) or "no symbol files"
+        raise TraceError(log_path, f"no function {function!r} in {names}")
+    return _stream(log_path, tables, (function, offsets))
+
+
+def _stream(
+    log_path: Path, tables: list[_Symbols], marker: tuple[str, Mapping[str, int]] | None
+) -> list[InstructionCount]:
+    """Stream the log once. Without a ``marker`` everything is one segment. With one (a function
+    and its file offset per library file name), each entry into the function starts a call,
+    found by its pc once the guest maps its library, and the first ``openat`` after the first
+    call ends the calls (see :func:`count_calls`)."""
+    blocks: dict[int, _Block] = {}
+    whole = _Segment()
+    calls: list[_Segment] = []
+    call: _Call | None = None
+    segment: _Segment | None = None if marker else whole  # where Trace lines go; None: nowhere
     fds: dict[int, str] = {}
     mappings: dict[int, _Mapping] = {}
+    entry: bytes | None = None  # "/<pc>/" of the marker's entry as Trace lines spell it
     block_pc: int | None = None
     block_symbol = ""
     block_insns = block_sme = 0
@@ -196,10 +279,16 @@ def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> Instruct
     except OSError as err:
         raise TraceError(log_path, f"cannot read the qemu log ({err.strerror})") from err
     with handle:
-        pending = tally.pending
         for line in handle:
             if line.startswith(b"Trace "):
-                pending[line] += 1  # the whole line: parsed once per distinct line, in fold()
+                if entry is not None and entry in line:
+                    if call is not None:
+                        calls.append(call.end(blocks))
+                    call = _Call()
+                    segment = call.tail
+                if segment is not None:
+                    # the whole line: parsed once per distinct line, in fold()
+                    segment.pending[line] += 1
             elif line.startswith(b"0x"):
                 colon = line.find(b":")
                 word = int(line[colon + 1 : colon + 13], 16)
@@ -212,32 +301,63 @@ def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> Instruct
                 block_pc, block_insns, block_sme = None, 0, 0
             elif line == b"\n":
                 if block_pc is not None:
-                    tally.define(block_pc, _Block(block_insns, block_sme, block_symbol))
+                    block = _Block(block_insns, block_sme, block_symbol)
+                    old = blocks.get(block_pc)
+                    changed = old is not None and (old.insns, old.sme) != (block.insns, block.sme)
+                    if changed and segment is not None:
+                        segment.fold(blocks)  # executions so far used the old shape
+                    blocks[block_pc] = block
                     block_pc, block_insns, block_sme = None, 0, 0
+            elif call is not None and _CLOCK.match(line):
+                call.clock_read(blocks)
+                segment = call.tail
             elif match := _OPENAT.match(line.rstrip(b"\n")):
+                if call is not None:
+                    _drain(handle)
+                    break  # the inference loop is over
                 fds[int(match[2])] = match[1].decode(errors="replace").rsplit("/", 1)[-1]
             elif match := _CLOSE.match(line.rstrip(b"\n")):
                 fds.pop(int(match[1]), None)
             elif (match := _MMAP.match(line.rstrip(b"\n"))) and b"PROT_EXEC" in match[2]:
                 fd = int(match[3])
                 if fd in fds:
-                    start = int(match[5], 16)
-                    mappings[start] = _Mapping(
-                        start, start + int(match[1]), fds[fd], int(match[4], 0)
-                    )
-    tally.fold()
-    if tally.executions == 0:
+                    start, offset = int(match[5], 16), int(match[4], 0)
+                    mapping = _Mapping(start, start + int(match[1]), fds[fd], offset)
+                    mappings[start] = mapping
+                    at = marker[1].get(mapping.name) if marker else None
+                    if at is not None and offset <= at < offset + mapping.end - start:
+                        entry = b"/%016x/" % (start + at - offset)
+    if marker:
+        if call is None:
+            raise TraceError(log_path, f"{marker[0]} never ran in the logged run")
+        calls.append(call.end(blocks))
+    else:
+        whole.fold(blocks)
+        calls.append(whole)
+    if sum(segment.executions for segment in calls) == 0:
         raise TraceError(
             log_path, f"no executed blocks in the qemu log: run qemu with -d {QEMU_LOG_FLAGS}"
         )
-    return _attribute(tally, sorted(mappings.values(), key=lambda m: m.start), symbols)
+    ordered = sorted(mappings.values(), key=lambda m: m.start)
+    return [_attribute(segment, blocks, ordered, tables) for segment in calls]
+
+
+def _drain(handle: BinaryIO) -> None:
+    """Read a pipe to its end: qemu, writing the log into it, must not block or die of SIGPIPE
+    because the reader has what it needs (a regular file is left as it is)."""
+    if stat.S_ISFIFO(os.fstat(handle.fileno()).st_mode):
+        while handle.read(1 << 20):
+            pass
 
 
 def _attribute(
-    tally: _Tally, mappings: list[_Mapping], symbol_files: Iterable[Path]
+    tally: _Segment,
+    blocks: Mapping[int, _Block],
+    mappings: list[_Mapping],
+    symbol_tables: list[_Symbols],
 ) -> InstructionCount:
     """Sum the per-pc tallies into functions and libraries."""
-    tables = {path.name: _Symbols(path) for path in symbol_files}
+    tables = {table.name: table for table in symbol_tables}
     starts = [m.start for m in mappings]
     functions: Counter[str] = Counter()
     sme_functions: Counter[str] = Counter()
@@ -246,7 +366,7 @@ def _attribute(
         i = bisect.bisect_right(starts, pc) - 1
         mapping = mappings[i] if i >= 0 and pc < mappings[i].end else None
         if mapping is None:
-            library, function = UNMAPPED, tally.blocks[pc].symbol or None
+            library, function = UNMAPPED, blocks[pc].symbol or None
         else:
             library = mapping.name
             table = tables.get(library)

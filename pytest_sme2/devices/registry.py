@@ -5,11 +5,16 @@ Adding a device means adding it here, never to the plugin.
 
 from __future__ import annotations
 
+from pytest_sme2.devices.android import AndroidDevice
 from pytest_sme2.devices.base import Device
 from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.devices.mac import MacDevice
+from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.errors import ConfigError
 
-DEVICE_CLASSES: dict[str, type[Device]] = {cls.name: cls for cls in (HostDevice,)}
+DEVICE_CLASSES: dict[str, type[Device]] = {
+    cls.name: cls for cls in (HostDevice, QemuSme2Device, MacDevice, AndroidDevice)
+}
 
 
 def device_class(name: str) -> type[Device]:

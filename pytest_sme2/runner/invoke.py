@@ -139,36 +139,7 @@ def run_runner(
             f"runner {_exit_reason(proc.returncode)}: {_tail(proc.stderr)}; command: {shown}"
         )
 
-    timings_path = workdir / TIMINGS_NAME
-    try:
-        timings = json.loads(timings_path.read_text())
-        latencies = [float(value) for value in timings["latencies_ms"]]
-        warmup = int(timings["warmup"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise RunnerError(
-            f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
-        ) from err
-    if warmup != plan.warmup or len(latencies) != plan.warmup + plan.runs:
-        raise RunnerError(
-            f"{timings_path}: expected {plan.warmup} warm-up + {plan.runs} runs, got {warmup} "
-            f"warm-up and {len(latencies)} latencies; command: {shown}"
-        )
-    etdump = workdir / ETDUMP_NAME if plan.traced else None
-    outputs = workdir / OUTPUTS_NAME if want_outputs else None
-    for produced in (etdump, outputs):
-        if produced is not None and not produced.is_file():
-            raise RunnerError(
-                f"{produced}: the runner exited 0 but did not write it; command: {shown}"
-            )
-    return RunResult(
-        latencies_ms=tuple(latencies[warmup:]),
-        warmup=warmup,
-        etdump=etdump,
-        outputs=outputs,
-        log=log,
-        command=command,
-        traced=plan.traced,
-    )
+    return collect_result(workdir, plan, log, command, want_outputs=want_outputs)
 
 
 def _exit_reason(returncode: int) -> str:
@@ -189,3 +160,44 @@ def _tail(stderr: str, lines: int = 3) -> str:
         runtime = [line.split("] ", 1)[-1] for line in text if _ET_ERROR_LOG.match(line)]
         return " | ".join(runtime[-1:] + ours[-1:])
     return " | ".join(text[-lines:]) or "(no output on stderr)"
+
+
+def collect_result(
+    workdir: Path,
+    plan: RunPlan,
+    log: str,
+    command: Sequence[str],
+    *,
+    want_outputs: bool = True,
+) -> RunResult:
+    """The RunResult of a finished run whose files are in ``workdir`` (written there, or pulled
+    from a device): timings checked against ``plan``, and every promised file present."""
+    shown = shlex.join(command)
+    timings_path = workdir / TIMINGS_NAME
+    try:
+        timings = json.loads(timings_path.read_text())
+        latencies = [float(value) for value in timings["latencies_ms"]]
+        warmup = int(timings["warmup"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise RunnerError(
+            f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
+        ) from err
+    if warmup != plan.warmup or len(latencies) != plan.warmup + plan.runs:
+        raise RunnerError(
+            f"{timings_path}: expected {plan.warmup} warm-up + {plan.runs} runs, got {warmup} "
+            f"warm-up and {len(latencies)} latencies; command: {shown}"
+        )
+    etdump = workdir / ETDUMP_NAME if plan.traced else None
+    outputs = workdir / OUTPUTS_NAME if want_outputs else None
+    for produced in (etdump, outputs):
+        if produced is not None and not produced.is_file():
+            raise RunnerError(f"{produced}: the runner did not write it; command: {shown}")
+    return RunResult(
+        latencies_ms=tuple(latencies[warmup:]),
+        warmup=warmup,
+        etdump=etdump,
+        outputs=outputs,
+        log=log,
+        command=tuple(command),
+        traced=plan.traced,
+    )

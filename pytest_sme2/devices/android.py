@@ -1,0 +1,657 @@
+"""``android``: a phone or board over adb — the runner, its libraries and the model pushed to a work
+directory, run from ``adb shell``, results pulled back.
+
+The runner must speak sme2_runner's command line (``pytest_sme2/runner``): per-run timings, real
+inputs, outputs. There is no Android executorch wheel to build it against here, so the user
+supplies it (``--sme2-runner-on``, built with the NDK against an executorch Android build; see
+the README). Its shared libraries are found from its ``DT_NEEDED`` entries next to it and on its
+``RUNPATH`` and pushed with it, ``libc++_shared.so`` from ``$ANDROID_NDK`` when it is not there.
+
+SME2-off is either a second runner (``--sme2-runner-off``, e.g. the reference kit's SME2-off
+build) or the same runner with ``hide_sme.so`` preloaded, cross-built with the NDK when
+``ANDROID_NDK`` is set: cpuinfo on Android arm64 reads ``getauxval`` too (bionic has no
+``__getauxval``, so a two-line bridge forwards to the next ``getauxval`` with ``dlsym``).
+
+Everything that can go wrong on a phone — no such device, a runner crash, the USB cable — fails
+the test with a one-line :class:`RunnerError` naming what happened and a file holding the device
+log (``logcat``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shlex
+import signal
+import struct
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pytest_sme2.cache import cache_root, cached_dir, content_key
+from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
+from pytest_sme2.devices.host import software_fingerprint
+from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
+from pytest_sme2.devices.provision import SHIM_SOURCE
+from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.runner.invoke import (
+    ETDUMP_NAME,
+    OUTPUTS_NAME,
+    TIMINGS_NAME,
+    RunPlan,
+    RunResult,
+    collect_result,
+    runner_command,
+)
+
+DEFAULT_DEVICE_DIR = "/data/local/tmp/pytest-sme2"
+SERIAL_ENV = "ANDROID_SERIAL"
+NDK_ENV = "ANDROID_NDK"
+ANDROID_API = 28
+"""The API level the shim is built for (Android 9): older than any SME2 phone."""
+
+LOGCAT_NAME = "logcat.txt"
+_ADB_TIMEOUT_S = 300
+_LOGCAT_LINES = 400
+_DEVICE_LOST = re.compile(
+    r"device (?:'[^']*' )?not found|no devices/emulators found|device offline|error: closed|"
+    r"protocol fault|connection reset|device unauthorized"
+)
+# getprop keys for the fingerprint, and what they are called there
+_PROPERTIES = {
+    "ro.product.model": "model",
+    "ro.soc.model": "soc",
+    "ro.soc.manufacturer": "soc_manufacturer",
+    "ro.build.version.release": "android",
+    "ro.product.cpu.abi": "abi",
+}
+_FACTS_COMMAND = (
+    "for p in "
+    + " ".join(_PROPERTIES)
+    + '; do echo "$p=$(getprop $p)"; done; echo "--- cpuinfo"; cat /proc/cpuinfo'
+)
+# Forwards glibc's name for the real getauxval, which hide_sme.c calls, to bionic's.
+_BIONIC_BRIDGE = """\
+#include <dlfcn.h>
+unsigned long __getauxval(unsigned long type) {
+    static unsigned long (*next)(unsigned long);
+    if (next == 0) next = (unsigned long (*)(unsigned long))dlsym(RTLD_NEXT, "getauxval");
+    return next(type);
+}
+"""
+# Libraries every Android process gets from the system: never pushed.
+_SYSTEM_LIBRARIES = frozenset(
+    {"libc.so", "libm.so", "libdl.so", "liblog.so", "libandroid.so", "libz.so", "ld-android.so"}
+)
+
+
+def add_runner_options(add: Callable[..., None]) -> None:
+    """``--sme2-runner-on/--sme2-runner-off``, shared by the android and mac devices: whichever
+    registers its options first adds them (pytest refuses a flag added twice)."""
+    try:
+        add(
+            "--sme2-runner-on",
+            dest="sme2_runner_on",
+            default=None,
+            help="android, mac: the sme2_runner binary to run (SME2 on); its shared libraries "
+            "are taken from beside it and its RUNPATH",
+        )
+        add(
+            "--sme2-runner-off",
+            dest="sme2_runner_off",
+            default=None,
+            help="android, mac: a second runner built without SME/SME2 kernels, used for "
+            "SME2-off instead of hiding SME from --sme2-runner-on",
+        )
+    except ValueError as err:  # already added by the other device
+        if "already added" not in str(err):
+            raise
+
+
+# --- pure helpers (tested without a device) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What ``getprop`` and ``/proc/cpuinfo`` say about a device."""
+
+    properties: Mapping[str, str]  # fingerprint names (model, soc, android, abi) -> value
+    features: frozenset[str]  # CPU features every core reports
+    cores: int
+
+    @property
+    def has_sme2(self) -> bool:
+        return "sme2" in self.features
+
+
+def parse_device_facts(text: str) -> DeviceFacts:
+    """Parse the output of :data:`_FACTS_COMMAND`: ``key=value`` lines, then /proc/cpuinfo.
+
+    Features are those *every* core reports (big.LITTLE phones may differ per cluster).
+    """
+    head, _, cpuinfo = text.partition("--- cpuinfo")
+    properties = {}
+    for line in head.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key in _PROPERTIES and value.strip():
+            properties[_PROPERTIES[key]] = value.strip()
+    cores = 0
+    features: set[str] | None = None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "processor":
+            cores += 1
+        elif key.strip() == "Features":
+            words = set(value.split())
+            features = words if features is None else features & words
+    return DeviceFacts(properties, frozenset(features or ()), cores)
+
+
+def shell_command(
+    directory: PurePosixPath,
+    argv: Sequence[str],
+    *,
+    preload: PurePosixPath | None = None,
+    cpu_mask: str | None = None,
+) -> str:
+    """The ``adb shell`` command line that runs ``argv`` from ``directory``.
+
+    ``cd DIR && LD_LIBRARY_PATH=DIR [LD_PRELOAD=SHIM] [taskset MASK] ARGV...``: the runner's
+    libraries are beside it, the shim (SME2-off) is preloaded, the mask pins the cores.
+    """
+    env = [f"LD_LIBRARY_PATH={shlex.quote(str(directory))}"]
+    if preload is not None:
+        env.append(f"LD_PRELOAD={shlex.quote(str(preload))}")
+    pin = ["taskset", shlex.quote(cpu_mask)] if cpu_mask else []
+    words = [*env, *pin, *(shlex.quote(arg) for arg in argv)]
+    return f"cd {shlex.quote(str(directory))} && {' '.join(words)}"
+
+
+def check_cpu_mask(mask: str) -> str:
+    """A taskset mask as taskset takes it (hex, e.g. ``f0``, ``0x80``); ConfigError otherwise."""
+    if not re.fullmatch(r"(0x)?[0-9a-fA-F]+", mask) or int(mask, 16) == 0:
+        raise ConfigError(
+            f"--sme2-cpu-mask={mask!r}: expected a non-zero hex CPU mask such as f0 or 0x80"
+        )
+    return mask
+
+
+@dataclass(frozen=True)
+class ElfDependencies:
+    needed: tuple[str, ...]
+    search_path: tuple[str, ...]  # DT_RUNPATH (else DT_RPATH) entries, ``$ORIGIN`` unexpanded
+
+
+def elf_dependencies(path: Path) -> ElfDependencies:
+    """``DT_NEEDED`` and ``DT_RUNPATH``/``DT_RPATH`` of a 64-bit little-endian ELF file (what
+    ``readelf -d`` shows), read directly: no binutils for the target needed on the host."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the runner ({err.strerror})") from err
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ConfigError(f"{path}: not a 64-bit little-endian ELF executable")
+    phoff = struct.unpack_from("<Q", data, 0x20)[0]
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize
+        )
+        if p_type == 1:  # PT_LOAD
+            loads.append((p_offset, p_vaddr, p_filesz))
+        elif p_type == 2:  # PT_DYNAMIC
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return ElfDependencies((), ())  # static: nothing to push but itself
+    entries = [struct.unpack_from("<qQ", data, at) for at in range(dynamic[0], sum(dynamic), 16)]
+    strtab_vaddr = next(value for tag, value in entries if tag == 5)  # DT_STRTAB
+    strtab = next(o + strtab_vaddr - v for o, v, n in loads if v <= strtab_vaddr < v + n)
+
+    def string(offset: int) -> str:
+        start = strtab + offset
+        return data[start : data.index(b"\0", start)].decode()
+
+    needed = tuple(string(value) for tag, value in entries if tag == 1)
+    runpath = [string(value) for tag, value in entries if tag == 29]
+    rpath = [string(value) for tag, value in entries if tag == 15]
+    search = ":".join(runpath or rpath)
+    return ElfDependencies(needed, tuple(part for part in search.split(":") if part))
+
+
+def runner_libraries(
+    runner: Path, *, extra_dirs: Iterable[Path] = ()
+) -> tuple[dict[str, Path], tuple[str, ...]]:
+    """The shared libraries ``runner`` needs that are not the system's, found as the dynamic
+    linker would (beside it, its RUNPATH with ``$ORIGIN``, then ``extra_dirs``), recursively.
+
+    Returns the libraries found (name -> path) and the names found nowhere (system libraries
+    such as ``libc.so`` or ``libstdc++.so.6`` on a glibc host, or missing ones).
+    """
+    found: dict[str, Path] = {}
+    missing: list[str] = []
+    queue = [runner]
+    while queue:
+        binary = queue.pop()
+        deps = elf_dependencies(binary)
+        origin = str(binary.resolve().parent)
+        dirs = [binary.resolve().parent]
+        dirs += [Path(entry.replace("$ORIGIN", origin)) for entry in deps.search_path]
+        dirs += list(extra_dirs)
+        for name in deps.needed:
+            if name in found or name in missing or name in _SYSTEM_LIBRARIES:
+                continue
+            path = next((d / name for d in dirs if (d / name).is_file()), None)
+            if path is None:
+                missing.append(name)
+            else:
+                found[name] = path.resolve()
+                queue.append(path)
+    return found, tuple(missing)
+
+
+def ndk_clang(ndk: Path) -> Path:
+    """The NDK's clang (any host tag), or ConfigError naming the NDK directory."""
+    candidates = sorted(ndk.glob("toolchains/llvm/prebuilt/*/bin/clang"))
+    if not candidates:
+        raise ConfigError(
+            f"{NDK_ENV}={ndk}: no toolchains/llvm/prebuilt/*/bin/clang; point it at an "
+            "Android NDK (r26 or newer)"
+        )
+    return candidates[0]
+
+
+def ndk_libcxx(ndk: Path) -> Path | None:
+    """The NDK's arm64 ``libc++_shared.so``, which runners built with the NDK's STL need."""
+    pattern = "toolchains/llvm/prebuilt/*/sysroot/usr/lib/aarch64-linux-android/libc++_shared.so"
+    return next(iter(sorted(ndk.glob(pattern))), None)
+
+
+def shim_compile_command(clang: Path, out: Path, bridge: Path) -> list[str]:
+    """Compile ``hide_sme.c`` with the bionic bridge into an arm64 Android ``hide_sme.so``."""
+    return [
+        str(clang),
+        f"--target=aarch64-linux-android{ANDROID_API}",
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-Wall",
+        "-Wextra",
+        "-o",
+        str(out),
+        str(SHIM_SOURCE),
+        str(bridge),
+    ]
+
+
+def build_android_shim(ndk: Path) -> Path:
+    """``hide_sme.so`` for Android arm64, built with the NDK once and cached."""
+    clang = ndk_clang(ndk)
+
+    def build(out: Path) -> None:
+        bridge = out / "bionic_getauxval.c"
+        bridge.write_text(_BIONIC_BRIDGE)
+        command = shim_compile_command(clang, out / "hide_sme.so", bridge)
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace")
+        if result.returncode != 0:
+            raise RunnerError(
+                f"building the Android sme2-off shim failed (exit {result.returncode}): "
+                f"{_tail(result.stderr)}; command: {shlex.join(command)}"
+            )
+
+    key = content_key(SHIM_SOURCE.read_bytes(), _BIONIC_BRIDGE, str(clang), str(ANDROID_API))
+    return cached_dir(cache_root() / "android" / f"shim-{key}", build) / "hide_sme.so"
+
+
+# --- the device ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Bundle:
+    """A runner, pushed with its libraries to one directory on the device."""
+
+    directory: PurePosixPath
+    runner: Path
+
+
+class AndroidDevice(Device):
+    """Runs the runner on an Android device through adb."""
+
+    name = "android"
+
+    def __init__(
+        self,
+        *,
+        serial: str | None = None,
+        adb: str = "adb",
+        device_dir: str = DEFAULT_DEVICE_DIR,
+        cpu_mask: str | None = None,
+        runner_on: Path | None = None,
+        runner_off: Path | None = None,
+        shim: Path | None = None,
+        ndk: Path | None = None,
+    ) -> None:
+        """``shim`` is a prebuilt arm64 ``hide_sme.so``; without it and without ``runner_off``
+        it is built with ``ndk`` (default ``$ANDROID_NDK``) when there is one."""
+        self.serial = serial
+        self.adb = adb
+        self.device_dir = PurePosixPath(device_dir)
+        self.cpu_mask = check_cpu_mask(cpu_mask) if cpu_mask else None
+        self.runner_on = runner_on
+        self.runner_off = runner_off
+        self.shim = shim
+        self.ndk = ndk if ndk is not None else _env_path(NDK_ENV)
+        self._facts: DeviceFacts | None = None
+        self._bundles: dict[Variant, _Bundle] = {}
+        self._preload: PurePosixPath | None = None
+        self._pushed: dict[tuple[str, int, int], PurePosixPath] = {}
+        self._runs = itertools.count()
+        self._kernels: dict[tuple[Path, Variant], set[str]] = {}
+
+    @classmethod
+    def add_options(cls, add: Callable[..., None]) -> None:
+        add(
+            "--sme2-adb-serial",
+            dest="sme2_adb_serial",
+            default=None,
+            help=f"android: the device's serial (default: ${SERIAL_ENV}, else the only device)",
+        )
+        add("--sme2-adb", dest="sme2_adb", default=None, help="android: adb binary (default: adb)")
+        add(
+            "--sme2-android-dir",
+            dest="sme2_android_dir",
+            default=None,
+            help=f"android: work directory on the device (default: {DEFAULT_DEVICE_DIR})",
+        )
+        add(
+            "--sme2-cpu-mask",
+            dest="sme2_cpu_mask",
+            default=None,
+            help="android: taskset CPU mask (hex) to pin the runner, e.g. 80 for core 7",
+        )
+        add_runner_options(add)
+
+    @classmethod
+    def from_options(cls, get: OptionGetter) -> AndroidDevice:
+        on, off = get("sme2_runner_on"), get("sme2_runner_off")
+        return cls(
+            serial=get("sme2_adb_serial") or os.environ.get(SERIAL_ENV) or None,
+            adb=get("sme2_adb") or "adb",
+            device_dir=get("sme2_android_dir") or DEFAULT_DEVICE_DIR,
+            cpu_mask=get("sme2_cpu_mask"),
+            runner_on=Path(on).expanduser() if on else None,
+            runner_off=Path(off).expanduser() if off else None,
+        )
+
+    # -- adb ---------------------------------------------------------------------------------
+
+    def _adb(
+        self, *args: str, check: bool = True, timeout: float | None = _ADB_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``adb -s SERIAL ARGS``; a failing call is a lost device if the device is gone."""
+        command = [self.adb, *(["-s", self.serial] if self.serial else []), *args]
+        try:
+            result = subprocess.run(
+                command, capture_output=True, text=True, errors="replace", timeout=timeout
+            )
+        except FileNotFoundError as err:
+            raise ConfigError(
+                f"--sme2-adb={self.adb}: no such program; install Android platform-tools or "
+                "pass the adb path"
+            ) from err
+        except subprocess.TimeoutExpired as err:
+            raise RunnerError(
+                f"adb did not answer within {timeout} s on android device {self.serial}: "
+                f"{shlex.join(command)}"
+            ) from err
+        if check and result.returncode != 0:
+            said = _tail(result.stderr or result.stdout)
+            self._raise_if_lost(said)
+            raise RunnerError(
+                f"adb failed (exit {result.returncode}) on android device {self.serial}: {said}; "
+                f"command: {shlex.join(command)}"
+            )
+        return result
+
+    def _raise_if_lost(self, said: str) -> None:
+        """RunnerError if the device is no longer attached (the USB cable, adbd restarting)."""
+        if _DEVICE_LOST.search(said) or self.serial not in self._attached():
+            raise RunnerError(
+                f"lost the connection to android device {self.serial} (adb: {said}); "
+                f"`{self.adb} devices` no longer lists it as ready"
+            )
+
+    def _attached(self) -> dict[str, str]:
+        """Serial -> state (``device``, ``offline``, ``unauthorized``) of what adb sees."""
+        try:
+            result = subprocess.run(
+                [self.adb, "devices"],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=60,
+            )
+        except FileNotFoundError as err:
+            raise ConfigError(
+                f"--sme2-adb={self.adb}: no such program; install Android platform-tools or "
+                "pass the adb path"
+            ) from err
+        attached = {}
+        for line in result.stdout.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 2:
+                attached[parts[0]] = parts[1]
+        return attached
+
+    def _shell(self, command: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self._adb("shell", command, check=check, timeout=None)
+
+    def _push(self, local: Path, remote: PurePosixPath) -> None:
+        self._adb("push", str(local), str(remote))
+
+    def _push_file(self, local: Path) -> PurePosixPath:
+        """Push a model or inputs file once per session (keyed by path, size and mtime)."""
+        stat = local.stat()
+        key = (str(local.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in self._pushed:
+            remote = self.device_dir / "files" / content_key(*map(str, key)) / local.name
+            self._shell(f"mkdir -p {shlex.quote(str(remote.parent))}")
+            self._push(local, remote)
+            self._pushed[key] = remote
+        return self._pushed[key]
+
+    # -- prepare -----------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        if self._facts is not None:
+            return
+        attached = self._attached()
+        ready = sorted(serial for serial, state in attached.items() if state == "device")
+        if self.serial is None:
+            if len(ready) != 1:
+                listed = ", ".join(f"{s} ({state})" for s, state in attached.items()) or "none"
+                raise ConfigError(
+                    f"--sme2-adb-serial is needed: adb lists {listed}; pass the serial or set "
+                    f"{SERIAL_ENV}"
+                )
+            self.serial = ready[0]
+        elif self.serial not in ready:
+            state = attached.get(self.serial)
+            raise RunnerError(
+                f"android device {self.serial} is "
+                + (f"{state}, not ready" if state else "not attached")
+                + f" (`{self.adb} devices` lists: {', '.join(attached) or 'nothing'}); "
+                "check the cable and authorise this computer on the phone"
+            )
+        if self.runner_on is None:
+            raise ConfigError(
+                "the android device needs --sme2-runner-on: sme2_runner built for Android "
+                "arm64 with the NDK (see the README, 'android')"
+            )
+        facts = parse_device_facts(self._shell(_FACTS_COMMAND).stdout)
+        self._shell(f"mkdir -p {shlex.quote(str(self.device_dir))}")
+        if not facts.has_sme2:  # without SME2 on the CPU, any runner runs SME2-off
+            off = self.runner_off or self.runner_on
+            self._bundles[Variant.OFF] = self._push_bundle(off, "sme2-off")
+        else:
+            self._bundles[Variant.ON] = self._push_bundle(self.runner_on, "sme2-on")
+            if self.runner_off is not None:
+                self._bundles[Variant.OFF] = self._push_bundle(self.runner_off, "sme2-off")
+            elif shim := self.shim or (build_android_shim(self.ndk) if self.ndk else None):
+                self._preload = self.device_dir / "hide_sme.so"
+                self._push(shim, self._preload)
+                self._bundles[Variant.OFF] = self._bundles[Variant.ON]
+        self._facts = facts
+
+    def _push_bundle(self, runner: Path, name: str) -> _Bundle:
+        if not runner.is_file():
+            option = "--sme2-runner-off" if runner == self.runner_off else "--sme2-runner-on"
+            raise ConfigError(f"{option}={runner}: no such file")
+        extra = [libcxx.parent] if self.ndk and (libcxx := ndk_libcxx(self.ndk)) else []
+        libraries, missing = runner_libraries(runner, extra_dirs=extra)
+        if "libc++_shared.so" in missing:
+            raise ConfigError(
+                f"{runner} needs libc++_shared.so: put it beside the runner or set {NDK_ENV} "
+                "to the NDK it was built with"
+            )
+        directory = self.device_dir / name
+        self._shell(f"mkdir -p {shlex.quote(str(directory))}")
+        for path in (runner, *libraries.values()):
+            self._push(path, directory / (runner.name if path == runner else path.name))
+        self._shell(f"chmod 755 {shlex.quote(str(directory / runner.name))}")
+        return _Bundle(directory, runner)
+
+    def _prepared(self) -> DeviceFacts:
+        self.prepare()
+        assert self._facts is not None
+        return self._facts
+
+    # -- info --------------------------------------------------------------------------------
+
+    def info(self) -> DeviceInfo:
+        facts = self._prepared()
+        variants = tuple(v for v in (Variant.ON, Variant.OFF) if v in self._bundles)
+        fingerprint = {
+            "serial": self.serial or "",
+            **facts.properties,
+            "cpu_features": " ".join(sorted(f for f in facts.features if "sme" in f)) or "no SME",
+            "cores": str(facts.cores),
+            "cpu_mask": self.cpu_mask or "all",
+            "runner_on": _identity(self.runner_on),
+            "runner_off": _identity(self.runner_off) if self.runner_off else "hide_sme.so",
+            **software_fingerprint(),
+        }
+        label = " ".join(
+            facts.properties.get(key, "") for key in ("model", "soc") if key in facts.properties
+        )
+        label = f"android device {self.serial}" + (f" ({label})" if label else "")
+        limits: dict[str, str] = {}
+        if not facts.has_sme2:
+            reason = f"{label} has no SME2 (/proc/cpuinfo Features lack sme2)"
+            limits = {"speedup": reason, "sme2": reason}
+        elif Variant.OFF not in variants:
+            limits["speedup"] = (
+                f"{label}: no SME2-off variant; pass --sme2-runner-off or set {NDK_ENV} to "
+                "build the getauxval shim"
+            )
+        return DeviceInfo(
+            name=self.name,
+            fingerprint=fingerprint,
+            has_sme2=facts.has_sme2,
+            variants=variants,
+            time_meaningful=True,
+            limits=limits,
+        )
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def run(
+        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
+    ) -> RunResult:
+        self._prepared()
+        bundle = self._bundles.get(variant)
+        if bundle is None:
+            raise RunnerError(f"android device {self.serial} cannot run {variant}")
+        remote_model, remote_inputs = self._push_file(model), self._push_file(inputs)
+        remote_dir = self.device_dir / "runs" / f"{os.getpid()}-{next(self._runs)}"
+        argv = runner_command(
+            Path(str(bundle.directory / bundle.runner.name)),
+            Path(str(remote_model)),
+            Path(str(remote_dir)),
+            plan,
+            inputs=Path(str(remote_inputs)),
+        )
+        preload = self._preload if variant is Variant.OFF else None
+        command = shell_command(bundle.directory, argv, preload=preload, cpu_mask=self.cpu_mask)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOGCAT_NAME):
+            (workdir / name).unlink(missing_ok=True)
+        self._shell(f"mkdir -p {shlex.quote(str(remote_dir))}")
+        self._adb("logcat", "-c", check=False)  # some devices refuse; the log is then longer
+        result = self._shell(command, check=False)
+        log = result.stdout + result.stderr
+        remote = (str(self.adb), "-s", self.serial, "shell", command)
+        shown = shlex.join(remote)
+        if result.returncode != 0:
+            self._fail_run(result.returncode, result.stderr or result.stdout, shown, workdir)
+        try:
+            names = [TIMINGS_NAME, OUTPUTS_NAME] + ([ETDUMP_NAME] if plan.traced else [])
+            for name in names:
+                self._adb("pull", str(remote_dir / name), str(workdir / name))
+        finally:
+            self._shell(f"rm -rf {shlex.quote(str(remote_dir))}", check=False)
+        logcat = self._adb("logcat", "-d", "-s", "XNNPACK", check=False).stdout
+        kernels = {use.name for use in parse_kernel_log([*log.splitlines(), *logcat.splitlines()])}
+        self._kernels.setdefault((model, variant), set()).update(kernels)
+        return collect_result(workdir, plan, log, remote)
+
+    def _fail_run(self, code: int, said: str, shown: str, workdir: Path) -> None:
+        """Raise the RunnerError for a failed remote run, with the device log saved beside it."""
+        if code == 255:  # adb's own failure, not the runner's exit status
+            self._raise_if_lost(_tail(said))
+        logcat = self._adb("logcat", "-d", "-t", str(_LOGCAT_LINES), check=False)
+        log_path = workdir / LOGCAT_NAME
+        log_path.write_text(logcat.stdout)
+        last = _tail(logcat.stdout, lines=2)
+        raise RunnerError(
+            f"runner {_exit_reason(code)} on android device {self.serial}: {_tail(said)}; "
+            f"device log: {log_path} (ends: {last}); command: {shown}"
+        )
+
+    def evidence(
+        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+    ) -> Sme2Evidence | None:
+        """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
+        kernels = self._kernels.get((model, variant))
+        if not kernels:
+            return None
+        return kernel_evidence(kernels, source="XNNPACK kernel log (logcat)")
+
+
+def _identity(path: Path | None) -> str:
+    if path is None:
+        return ""
+    stat = path.stat()
+    return f"{path.name} {content_key(path.read_bytes())[:12]} ({stat.st_size} bytes)"
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else None
+
+
+def _exit_reason(code: int) -> str:
+    """A remote shell reports a signal as 128 + its number."""
+    if code > 128:
+        try:
+            return f"killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            return f"killed by signal {code - 128}"
+    return f"failed (exit {code})"
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(kept[-lines:]) or "(no output)"

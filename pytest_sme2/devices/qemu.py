@@ -1,0 +1,239 @@
+"""``qemu-sme2``: an emulated Armv9 CPU with SME2 on any x86-64 machine (CI runners included).
+
+The aarch64 runner runs under ``qemu-aarch64 -cpu max``; SME2-off is the *same* binary on the same
+CPU with ``getauxval`` denying SME (see :mod:`pytest_sme2.devices.provision`), so the only
+variable is what XNNPACK is told. Emulated time is no performance signal, so this device proves
+what it can instead: packed operator names on vs off, outputs on vs off, and — from qemu's
+execution log — guest instructions per inference and the SME2 kernels that executed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
+from pytest_sme2.devices.host import cpu_model, software_fingerprint
+from pytest_sme2.devices.kernel_log import kernel_evidence
+from pytest_sme2.devices.provision import (
+    QemuToolchain,
+    provision_qemu,
+    qemu_command,
+    read_hwcaps,
+)
+from pytest_sme2.devices.qemu_log import EXECUTE_SYMBOL, InstructionCount, count_calls
+from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.runner.build import build_runner, executorch_version
+from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+
+SME_VECTOR_LENGTHS = (16, 32, 64)
+"""Streaming vector lengths in bytes the wheel's KleidiAI kernels run with (128 crashes them)."""
+
+DEFAULT_SME_VECTOR_LENGTH = 64
+"""512-bit, the streaming vector length of Apple M4, rather than qemu's 256-bit default: SME
+kernels' instruction counts scale with it, so the ratios should be those of real hardware."""
+
+EVIDENCE_SOURCE = "qemu exec log"
+_T = TypeVar("_T")
+_NOT_A_SIGNAL = "qemu-sme2 emulates SME2: its time is not a performance signal"
+
+
+class QemuSme2Device(Device):
+    """The runner cross-built for aarch64, run under qemu with SME2 visible or hidden."""
+
+    name = "qemu-sme2"
+
+    def __init__(
+        self, qemu: Path | None = None, sme_vector_length: int = DEFAULT_SME_VECTOR_LENGTH
+    ) -> None:
+        if sme_vector_length not in SME_VECTOR_LENGTHS:
+            raise ConfigError(
+                f"--sme2-qemu-vl={sme_vector_length}: the SME vector length must be one of "
+                f"{', '.join(map(str, SME_VECTOR_LENGTHS))} (bytes)"
+            )
+        self.qemu = qemu
+        self.sme_vector_length = sme_vector_length
+        self._toolchain: QemuToolchain | None = None
+        self._binary: Path | None = None
+
+    @classmethod
+    def add_options(cls, add: Callable[..., None]) -> None:
+        add(
+            "--sme2-qemu",
+            dest="sme2_qemu",
+            default=None,
+            help="qemu-sme2: a qemu-aarch64 >= 11 to use instead of fetching one (also $SME2_QEMU)",
+        )
+        add(
+            "--sme2-qemu-vl",
+            dest="sme2_qemu_vl",
+            default=None,
+            help="qemu-sme2: SME streaming vector length in bytes, "
+            f"{'|'.join(map(str, SME_VECTOR_LENGTHS))} (default: {DEFAULT_SME_VECTOR_LENGTH})",
+        )
+
+    @classmethod
+    def from_options(cls, get: OptionGetter) -> QemuSme2Device:
+        qemu = get("sme2_qemu")
+        vl = get("sme2_qemu_vl")
+        try:
+            length = int(vl) if vl is not None else DEFAULT_SME_VECTOR_LENGTH
+        except ValueError:
+            raise ConfigError(f"--sme2-qemu-vl={vl!r}: expected a number of bytes") from None
+        return cls(qemu=Path(qemu) if qemu else None, sme_vector_length=length)
+
+    def prepare(self) -> None:
+        if self._binary is not None:
+            return
+        toolchain = provision_qemu(qemu=self.qemu)
+        # provisioning verified this qemu once; this checks the cached toolchain still holds
+        on, off = read_hwcaps(toolchain, sme2=True), read_hwcaps(toolchain, sme2=False)
+        if not on.sme2 or off.sme or off.sme2:
+            raise RunnerError(
+                f"{toolchain.qemu}: sme2-on shows HWCAP2={on.hwcap2:#x}, sme2-off "
+                f"HWCAP2={off.hwcap2:#x}; expected SME2 on and no SME off (delete "
+                f"{toolchain.shim.parent} to rebuild the shim)"
+            )
+        self._binary = build_runner("aarch64", executorch_dir=toolchain.executorch_dir)
+        self._toolchain = toolchain
+
+    def _prepared(self) -> tuple[QemuToolchain, Path]:
+        self.prepare()
+        assert self._toolchain is not None and self._binary is not None
+        return self._toolchain, self._binary
+
+    def info(self) -> DeviceInfo:
+        toolchain, binary = self._prepared()
+        length = self.sme_vector_length
+        fingerprint = {
+            "cpu": f"qemu-aarch64 -cpu max (SME2), SVL {length * 8} bits",
+            "qemu": toolchain.qemu_version,
+            "sme_vector_length": str(length),
+            "host_cpu": cpu_model(),
+            **software_fingerprint(),
+            "executorch_aarch64": executorch_version(toolchain.executorch_dir),
+            "runner": binary.parent.name,
+        }
+        return DeviceInfo(
+            name=self.name,
+            fingerprint=fingerprint,
+            has_sme2=True,
+            variants=(Variant.ON, Variant.OFF),
+            time_meaningful=False,
+            limits={
+                "speedup": f"{_NOT_A_SIGNAL} (see the instruction ratio)",
+                "latency": f"{_NOT_A_SIGNAL}; latency gates need real hardware (mac, android)",
+            },
+        )
+
+    def _prefix(self, variant: Variant, exec_log: Path | None = None) -> list[str]:
+        toolchain, _ = self._prepared()
+        return qemu_command(
+            toolchain,
+            sme2=variant is Variant.ON,
+            exec_log=exec_log,
+            sme_vector_length=self.sme_vector_length,
+        )
+
+    def run(
+        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
+    ) -> RunResult:
+        _, binary = self._prepared()
+        prefix = self._prefix(variant)
+        return run_runner(binary, model, workdir, plan, inputs=inputs, prefix=prefix)
+
+    def evidence(
+        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+    ) -> Sme2Evidence:
+        """Instructions of one steady-state inference and the kernels it executed.
+
+        One run of two inferences with qemu's execution log streamed through a FIFO into the
+        counter (the log, 300+ MB per inference, never touches the disk); the second inference is
+        counted — the first carries one-time set-up (see
+        :func:`pytest_sme2.devices.qemu_log.count_calls`).
+        """
+        toolchain, binary = self._prepared()
+        workdir.mkdir(parents=True, exist_ok=True)
+        fifo = workdir / "qemu-exec-log.fifo"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
+        plan = RunPlan(runs=1, warmup=1, threads=threads, traced=False)
+        try:
+            calls = _count_while(
+                fifo,
+                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL),
+                lambda: run_runner(
+                    binary,
+                    model,
+                    workdir,
+                    plan,
+                    inputs=inputs,
+                    want_outputs=False,
+                    prefix=self._prefix(variant, exec_log=fifo),
+                ),
+            )
+        finally:
+            fifo.unlink(missing_ok=True)
+        if len(calls) != plan.warmup + plan.runs:
+            raise RunnerError(
+                f"{model}: the qemu log shows {len(calls)} inference(s), the runner ran "
+                f"{plan.warmup + plan.runs}"
+            )
+        inference = calls[-1]
+        return kernel_evidence(
+            executed_kernels(inference),
+            source=EVIDENCE_SOURCE,
+            instructions=inference.total,
+            sme_instructions=inference.sme,
+        )
+
+
+def executed_kernels(count: InstructionCount) -> list[str]:
+    """The executed functions that are compute kernels: KleidiAI's ``kai_kernel_*`` bodies and
+    XNNPACK's ``xnn_*_ukernel_*`` (not the ``kai_run_*``/``kai_get_*`` wrappers and getters)."""
+    return [
+        name
+        for name in count.functions
+        if name.startswith("kai_kernel_") or (name.startswith("xnn_") and "_ukernel_" in name)
+    ]
+
+
+def _count_while(fifo: Path, read: Callable[[], _T], run: Callable[[], Any]) -> _T:
+    """``read()`` the FIFO in a thread while ``run()`` writes it; ``run``'s error wins.
+
+    qemu opens the log when it starts; if it never does (it could not start) or the reader stops
+    early, the reader would block forever, so after ``run`` returns the FIFO is opened for
+    writing and closed until the reader has finished: that is an end of file to a blocked
+    reader, and nothing to a finished one.
+    """
+    outcome: dict[str, Any] = {}
+
+    def reader() -> None:
+        try:
+            outcome["value"] = read()
+        except Exception as err:  # re-raised in the caller's thread below
+            outcome["error"] = err
+            with fifo.open("rb") as rest:  # qemu must not block on a full pipe
+                while rest.read(1 << 20):
+                    pass
+
+    thread = threading.Thread(target=reader, name="qemu-exec-log", daemon=True)
+    thread.start()
+    try:
+        run()
+    finally:
+        while thread.is_alive():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as err:
+                if err.errno != errno.ENXIO:  # ENXIO: no reader has it open right now
+                    raise
+            thread.join(timeout=0.1)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
