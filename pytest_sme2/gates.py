@@ -100,9 +100,19 @@ def _headline_variant(m: Measurement) -> Variant:
     return Variant.ON if Variant.ON in m.variants else Variant.OFF
 
 
+def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
+    """The skip verdict for a time-based gate on a device whose time means nothing, else []."""
+    if m.device.time_meaningful:
+        return []
+    reason = m.device.limits.get("latency", f"{m.device.name}'s time is not meaningful")
+    return [Verdict(gate, Status.SKIP, f"category shares not judged: {reason}")]
+
+
 def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
     if not exp.max_share and not exp.min_share:
         return []
+    if skipped := _time_meaningless(m, "share-limits"):
+        return skipped
     variant = _headline_variant(m)
     shares = m.variants[variant].profile.shares
     broken = [
@@ -365,6 +375,8 @@ def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
 
 
 def _shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+    if skipped := _time_meaningless(m, "shares"):
+        return skipped
     verdicts = []
     for variant, vm in m.variants.items():
         stored = baseline.variants.get(str(variant))

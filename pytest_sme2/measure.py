@@ -49,7 +49,11 @@ class MeasurePlan:
 
 @dataclass(frozen=True)
 class VariantMeasurement:
-    """One variant's timing-only latencies and its traced run, analysed."""
+    """One variant's timing-only latencies and its traced run, analysed.
+
+    Where the device's time is not meaningful there are no timing-only runs, and
+    ``latencies_ms`` are the traced run's own (recorded, never judged).
+    """
 
     variant: Variant
     latencies_ms: tuple[float, ...]
@@ -125,21 +129,27 @@ def measure(
     backends = delegate_backends(etrecord) if etrecord is not None else None
     timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
     reference_ms: list[float] = []
-    for index, runs in enumerate(plan.runs_per_round()):
-        order = variants if index % 2 == 0 else tuple(reversed(variants))
-        run_plan = RunPlan(runs=runs, warmup=plan.warmup, threads=plan.threads, traced=False)
-        for variant in order:
-            result = device.run(pte, inputs, variant, run_plan, workdir / f"{variant}-round{index}")
-            timing[variant].append(result)
-        if reference is not None and info.time_meaningful:
-            ref_dir = workdir / f"reference-round{index}"
-            ref = device.run(*reference, variants[-1], run_plan, ref_dir)
-            reference_ms.extend(ref.latencies_ms)
-    measured: dict[Variant, VariantMeasurement] = {}
-    for variant in variants:
+    if info.time_meaningful:
         traced_plan = RunPlan(
             runs=plan.traced_runs, warmup=plan.warmup, threads=plan.threads, traced=True
         )
+        for index, runs in enumerate(plan.runs_per_round()):
+            order = variants if index % 2 == 0 else tuple(reversed(variants))
+            run_plan = RunPlan(runs=runs, warmup=plan.warmup, threads=plan.threads, traced=False)
+            for variant in order:
+                workdir_round = workdir / f"{variant}-round{index}"
+                timing[variant].append(device.run(pte, inputs, variant, run_plan, workdir_round))
+            if reference is not None:
+                ref_dir = workdir / f"reference-round{index}"
+                ref = device.run(*reference, variants[-1], run_plan, ref_dir)
+                reference_ms.extend(ref.latencies_ms)
+    else:
+        # Emulated time means nothing, and each inference costs seconds: one traced inference
+        # per variant gives the operator names, structure and outputs; the device's evidence run
+        # gives the instruction counts.
+        traced_plan = RunPlan(runs=1, warmup=0, threads=plan.threads, traced=True)
+    measured: dict[Variant, VariantMeasurement] = {}
+    for variant in variants:
         traced = device.run(pte, inputs, variant, traced_plan, workdir / f"{variant}-traced")
         assert traced.etdump is not None, "a traced run always writes an ETDump"
         trace = read_etdump(traced.etdump)
@@ -148,7 +158,8 @@ def measure(
         )
         measured[variant] = VariantMeasurement(
             variant=variant,
-            latencies_ms=tuple(ms for r in timing[variant] for ms in r.latencies_ms),
+            latencies_ms=tuple(ms for r in timing[variant] for ms in r.latencies_ms)
+            or traced.latencies_ms,
             trace=trace,
             profile=profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
             traced=traced,

@@ -58,7 +58,10 @@ EMULATOR = DeviceInfo(
     has_sme2=True,
     variants=(Variant.ON, Variant.OFF),
     time_meaningful=False,
-    limits={"speedup": "emulated time is not a performance signal"},
+    limits={
+        "speedup": "emulated time is not a performance signal",
+        "latency": "emulated time is not a performance signal",
+    },
 )
 
 SME2_KERNEL = "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa"

@@ -218,3 +218,26 @@ def test_a_slower_machine_is_not_a_regression_but_a_slower_model_is():
     v = by_gate(judge(slow_model, base, Expectations(), TOL))["latency[sme2-off]"]
     assert v.status is Status.FAIL
     assert "relative to the reference workload, ratio 1.20×" in v.message
+
+
+def test_shares_are_not_judged_where_time_means_nothing():
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
+    base = from_measurement(m, TOL)
+    moved = measurement(
+        EMULATOR,
+        on_evidence=ON_EVIDENCE,
+        off_evidence=OFF_EVIDENCE,
+        off_ops=(
+            ("Convolution (NHWC, F32) IGEMM", 1.0),
+            ("Fully Connected (NC, F32) GEMM", 3.0),
+            ("Transpose (ND, X32)", 4.0),
+        ),
+    )
+    verdicts = by_gate(judge(moved, base, Expectations(max_share={"GEMM": 0.01}), TOL))
+    assert verdicts["shares"].status is Status.SKIP
+    assert verdicts["shares"].message == (
+        "category shares not judged: emulated time is not a performance signal"
+    )
+    assert verdicts["share-limits"].status is Status.SKIP
