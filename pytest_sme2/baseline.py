@@ -49,17 +49,24 @@ class LatencyBaseline:
     #: the reference workload's latencies from the same rounds (see pytest_sme2.reference)
     reference_samples_ms: tuple[float, ...] = ()
 
-    def ratio_to(self, other: LatencyBaseline) -> Ratio:
-        """How this latency moved against ``other`` (its 95 % CI): relative to the reference
-        workload when both carry one, so a machine that is slower today is not a regression."""
-        if self.reference_samples_ms and other.reference_samples_ms:
-            return relative_median_ratio(
-                self.samples_ms,
-                self.reference_samples_ms,
-                other.samples_ms,
-                other.reference_samples_ms,
-            )
-        return median_ratio(self.samples_ms, other.samples_ms)
+    def ratios_to(self, other: LatencyBaseline) -> tuple[Ratio, Ratio | None]:
+        """How this latency moved against ``other`` (95 % CIs): as measured, and relative to the
+        reference workload timed beside each (None when either has no reference samples).
+
+        A latency has clearly moved only when *both* say so: a machine that is slower today moves
+        the raw ratio but not the relative one, and a reference that happened to run fast moves
+        the relative ratio but not the raw one; a slower model moves both.
+        """
+        raw = median_ratio(self.samples_ms, other.samples_ms)
+        if not (self.reference_samples_ms and other.reference_samples_ms):
+            return raw, None
+        relative = relative_median_ratio(
+            self.samples_ms,
+            self.reference_samples_ms,
+            other.samples_ms,
+            other.reference_samples_ms,
+        )
+        return raw, relative
 
 
 @dataclass(frozen=True)
@@ -248,7 +255,7 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
             variants[name] = nv
             continue
         latency = ov.latency
-        if _clearly_moved(nv.latency.ratio_to(ov.latency), tol.latency_percent):
+        if _clearly_moved(nv.latency.ratios_to(ov.latency), tol.latency_percent):
             changes.append(
                 f"{name} median latency {ov.latency.median_ms} → {nv.latency.median_ms} ms"
             )
@@ -303,12 +310,15 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
     return merged, tuple(changes)
 
 
-def _clearly_moved(ratio: Ratio, percent: float) -> bool:
-    """The gates' rule: the ratio's 95 % CI lies wholly beyond ±percent.
+def _clearly_moved(ratios: tuple[Ratio, Ratio | None], percent: float) -> bool:
+    """The gates' rule: each available ratio's 95 % CI lies wholly beyond ±percent, the same way.
 
     Noise alone must neither fail a test nor rewrite a baseline.
     """
-    return ratio.low > 1 + percent / 100 or ratio.high < 1 - percent / 100
+    present = [r for r in ratios if r is not None]
+    up = all(r.low > 1 + percent / 100 for r in present)
+    down = all(r.high < 1 - percent / 100 for r in present)
+    return up or down
 
 
 def _moved(old: float | None, new: float | None, percent: float) -> bool:

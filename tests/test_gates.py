@@ -213,11 +213,20 @@ def test_a_slower_machine_is_not_a_regression_but_a_slower_model_is():
     )
     v = by_gate(judge(slow_machine, base, Expectations(), TOL))["latency[sme2-off]"]
     assert v.status is Status.PASS
-    assert v.message.endswith("(relative to the reference workload)")
+    assert "relative to the reference workload vs baseline" in v.message
     slow_model = replace(measurement(HOST, off_latencies=slow_off), reference_ms=ref)
     v = by_gate(judge(slow_model, base, Expectations(), TOL))["latency[sme2-off]"]
     assert v.status is Status.FAIL
-    assert "relative to the reference workload, ratio 1.20×" in v.message
+    assert "ratio 1.20× (95% CI" in v.message
+    assert "and 1.20× (95% CI" in v.message and "relative to the reference workload)" in v.message
+
+
+def test_a_reference_that_ran_fast_does_not_fail_a_steady_model():
+    ref = (2.0, 2.02, 1.98, 2.01, 1.99, 2.0)
+    base = from_measurement(replace(measurement(HOST), reference_ms=ref), TOL)
+    fast_reference = replace(measurement(HOST), reference_ms=tuple(0.75 * r for r in ref))
+    v = by_gate(judge(fast_reference, base, Expectations(), TOL))["latency[sme2-off]"]
+    assert v.status is Status.PASS
 
 
 def test_shares_are_not_judged_where_time_means_nothing():
