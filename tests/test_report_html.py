@@ -91,3 +91,12 @@ def test_terminal_summary_has_a_row_per_test_and_skipped_reasons_once():
     assert measurement(SME2_DEVICE).comparison.speedup.describe() in lines[3]
     assert lines[4:] == ["skipped gate: host CPU has no SME2"]
     assert summary_lines([], []) == []
+
+
+def test_emulated_devices_show_the_instruction_ratio_instead_of_a_speedup():
+    from pytest_sme2.report.content import speedup_text
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
+    assert speedup_text(m) == "instruction ratio 2.50× (off ÷ on)"
+    assert speedup_text(measurement(EMULATOR)).startswith("n/a (emulated time")

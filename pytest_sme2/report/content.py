@@ -119,11 +119,14 @@ def single_variant_note(m: Measurement) -> str | None:
 
 
 def speedup_text(m: Measurement) -> str:
-    """The speedup with its interval, or why there is none."""
+    """The speedup with its interval; where time means nothing, the instruction ratio, labelled
+    as such; else why there is neither."""
     comparison = m.comparison
     if comparison is None:
         return "—"
     if not m.device.time_meaningful:
+        if m.instruction_ratio is not None:
+            return f"instruction ratio {m.instruction_ratio:.2f}× (off ÷ on)"
         return "n/a (" + m.device.limits.get("speedup", "time not meaningful") + ")"
     return comparison.speedup.describe()
 
