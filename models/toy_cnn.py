@@ -1,7 +1,9 @@
-"""A toy CNN: three convolutions and a linear layer on a 64×64 image.
+"""A toy CNN: three convolutions and a linear layer on a 128×128 image.
 
-It is the smoke test of the pipeline, not a workload: it exports in seconds and runs in well under
-a millisecond, so the plugin's own tests can export, run and trace it on every change.
+It is the smoke test of the pipeline, not a workload: it exports in seconds and runs in about a
+millisecond, so the plugin's own tests can export, run and trace it on every change. Not less:
+at 64×64 (0.13–0.42 ms a run) ExecuTorch's per-process framework overhead moved its category
+shares by up to 9 points between runner processes, which no share tolerance should absorb.
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ class ToyCNN(nn.Module):
 
 
 def toy_cnn_inputs(seed: int) -> tuple[torch.Tensor, ...]:
-    """One 1×3×64×64 image of seeded normal noise."""
-    return (seeded_randn(seed, 1, 3, 64, 64),)
+    """One 1×3×128×128 image of seeded normal noise."""
+    return (seeded_randn(seed, 1, 3, 128, 128),)
 
 
 @register_model("toy_cnn", inputs=toy_cnn_inputs, extra_files=[SEEDING_FILE])
 def toy_cnn() -> nn.Module:
-    """Toy CNN (3 convs + linear, 64×64): the pipeline's smoke test, exports in seconds.
+    """Toy CNN (3 convs + linear, 128×128): the pipeline's smoke test, exports in seconds.
 
     Stresses nothing on purpose; it checks that export, runner and trace work end to end.
     """
