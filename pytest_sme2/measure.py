@@ -172,7 +172,7 @@ def measure(
         model=model,
         dtype=dtype,
         threads=plan.threads,
-        device=device.info(),
+        device=info,
         variants=measured,
         interleaved=len(variants) > 1,
     )

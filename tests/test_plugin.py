@@ -216,6 +216,24 @@ def test_strict_turns_a_skipped_gate_into_a_failure(pytester):
     strict.stdout.fnmatch_lines(["*gate skipped under --sme2-strict: host CPU (*) has no SME2*"])
 
 
+def test_trace_and_comparison_fixtures_on_a_host_without_sme2(pytester):
+    make_suite(pytester)
+    pytester.makepyfile(
+        test_fixtures="""
+        def test_trace(sme2_trace, sme2_case):
+            assert sme2_case.id == "plug_a-fp32"
+            assert len(sme2_trace.runs) == 2 + 2  # --sme2-traced-runs plus --sme2-warmup
+            assert all(run.events[0].name == "Method::execute" for run in sme2_trace.runs)
+
+        def test_comparison(sme2_comparison):
+            raise AssertionError("a host without SME2 has no on/off pair to compare")
+        """
+    )
+    result = run(pytester, "--sme2-models=plug_a", "test_fixtures.py", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert "has no SME2" in result.stdout.str()
+
+
 def test_benchmark_json_holds_each_variant_and_compare_reads_it(pytester, monkeypatch):
     # pytest-benchmark switches itself off when it sees an xdist worker's environment, which the
     # inner session inherits when this test itself runs under -n.

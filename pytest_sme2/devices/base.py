@@ -41,10 +41,6 @@ class DeviceInfo:
     time_meaningful: bool
     limits: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def can_compare(self) -> bool:
-        return Variant.ON in self.variants and Variant.OFF in self.variants
-
 
 @dataclass(frozen=True)
 class Sme2Evidence:
