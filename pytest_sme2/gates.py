@@ -473,3 +473,13 @@ def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None
         lines.append(prefix + v.message)
         lines += [f"    {d}" for d in v.details]
     return "\n".join(lines)
+
+
+#: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment.
+TIME_GATES = ("latency", "shares", "share-limits", "speedup")
+
+
+def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:
+    """Some gate failed, and every failed one is time-based (worth one fresh measurement)."""
+    failed = [v.gate for v in verdicts if v.status is Status.FAIL]
+    return bool(failed) and all(gate.startswith(TIME_GATES) for gate in failed)

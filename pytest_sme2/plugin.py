@@ -195,7 +195,7 @@ def sme2_artifacts_dir(
 
 
 @pytest.fixture
-def sme2_measurement(
+def sme2_measure(
     request: pytest.FixtureRequest,
     sme2_case: Case,
     sme2_artifact: Artifact,
@@ -203,26 +203,35 @@ def sme2_measurement(
     sme2_settings: Settings,
     sme2_artifacts_dir: Path,
     sme2_reference: tuple[Path, Path],
-) -> Measurement:
-    """Every variant the device supports, measured: timing-only rounds plus one traced run each."""
+) -> Callable[[str], Measurement]:
+    """``sme2_measure(label)``: measure the current case afresh, its files under ``label``."""
     from pytest_sme2.measure import measure
 
-    result = _or_fail(
-        lambda: measure(
-            sme2_device,
-            model=sme2_case.model.name,
-            dtype=sme2_case.dtype,
-            pte=sme2_artifact.pte,
-            inputs=sme2_artifact.inputs,
-            plan=replace(sme2_settings.plan, threads=sme2_case.threads),
-            workdir=sme2_artifacts_dir,
-            classifier=sme2_settings.classifier,
-            reference=sme2_reference,
-            etrecord=sme2_artifact.etrecord,
+    def measure_case(label: str) -> Measurement:
+        result = _or_fail(
+            lambda: measure(
+                sme2_device,
+                model=sme2_case.model.name,
+                dtype=sme2_case.dtype,
+                pte=sme2_artifact.pte,
+                inputs=sme2_artifact.inputs,
+                plan=replace(sme2_settings.plan, threads=sme2_case.threads),
+                workdir=sme2_artifacts_dir / label if label else sme2_artifacts_dir,
+                classifier=sme2_settings.classifier,
+                reference=sme2_reference,
+                etrecord=sme2_artifact.etrecord,
+            )
         )
-    )
-    request.node.stash[MEASUREMENT_KEY] = result
-    return result
+        request.node.stash[MEASUREMENT_KEY] = result
+        return result
+
+    return measure_case
+
+
+@pytest.fixture
+def sme2_measurement(sme2_measure: Callable[[str], Measurement]) -> Measurement:
+    """Every variant the device supports, measured: timing-only rounds plus one traced run each."""
+    return sme2_measure("")
 
 
 @pytest.fixture
@@ -270,12 +279,18 @@ def sme2_judge(
     sme2_settings: Settings,
     sme2_baseline_path: Path,
     sme2_baseline: Baseline | None,
+    sme2_measure: Callable[[str], Measurement],
 ) -> Callable[[Measurement], tuple[Verdict, ...]]:
     """``sme2_judge(measurement)`` judges every gate, writes/updates the baseline as asked, and
-    fails the test with reviewer sentences when a gate fails (or is skipped under --sme2-strict)."""
+    fails the test with reviewer sentences when a gate fails (or is skipped under --sme2-strict).
+
+    A failure of only time-based gates (latency, shares, speedup) is confirmed by one fresh
+    measurement before it counts: a transient disturbance of the machine (seen: three gates of
+    one ~10 s window in 1 of 10 unchanged re-runs) must not fail CI, a real regression persists.
+    """
     from pytest_sme2 import baseline as store
     from pytest_sme2.benchmark_interop import add_benchmarks
-    from pytest_sme2.gates import failure_report, judge
+    from pytest_sme2.gates import Status, Verdict, failure_report, judge, only_time_gates_failed
 
     def judge_measurement(measurement: Measurement) -> tuple[Verdict, ...]:
         tol = sme2_settings.tolerances
@@ -290,7 +305,20 @@ def sme2_judge(
             baseline = merged
         else:
             missing = False
-        verdicts = judge(measurement, baseline, _expectations(request.node), tol)
+        expectations = _expectations(request.node)
+        verdicts = judge(measurement, baseline, expectations, tol)
+        if not changes and only_time_gates_failed(verdicts):
+            first = failure_report(verdicts, strict=False)
+            measurement = sme2_measure("confirm")
+            verdicts = judge(measurement, baseline, expectations, tol)
+            request.node.user_properties.append(("sme2 re-measured after", first))
+            if failure_report(verdicts, strict=False):
+                verdicts = (
+                    *verdicts,
+                    Verdict(
+                        "confirmed", Status.FAIL, "the failure persisted in a fresh measurement"
+                    ),
+                )
         request.node.stash[VERDICTS_KEY] = verdicts
         add_benchmarks(request.config, request.node.nodeid, measurement)
         for change in changes:

@@ -250,3 +250,18 @@ def test_shares_are_not_judged_where_time_means_nothing():
         "category shares not judged: emulated time is not a performance signal"
     )
     assert verdicts["share-limits"].status is Status.SKIP
+
+
+def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
+    from pytest_sme2.gates import Verdict, only_time_gates_failed
+
+    def v(gate, status=Status.FAIL):
+        return Verdict(gate, status, "")
+
+    assert only_time_gates_failed(
+        (v("latency[sme2-off]"), v("shares[sme2-on]"), v("parity", Status.PASS))
+    )
+    assert only_time_gates_failed((v("speedup-floor"),))
+    assert not only_time_gates_failed((v("latency[sme2-off]"), v("structure[sme2-off]")))
+    assert not only_time_gates_failed((v("sme2-kernels"),))
+    assert not only_time_gates_failed((v("latency[sme2-off]", Status.PASS),))
