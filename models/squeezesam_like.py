@@ -20,6 +20,9 @@ from models._seeding import SEEDING_FILE, calibrate_batchnorm, seeded_randn, see
 from pytest_sme2.models import register_model
 
 IMAGE = 256
+#: The image side on emulated devices: a quarter of the pixels, the same operators and kernels
+#: (the attention block then sees 8×8 positions instead of 16×16).
+EMULATION_IMAGE = 128
 #: Encoder widths at 1/2, 1/4, 1/8 and 1/16 of the image; the attention block runs at the last.
 WIDTHS = (24, 48, 96, 192)
 HEADS = 4
@@ -82,7 +85,7 @@ class UpBlock(nn.Module):
 
 
 class SqueezeSAMLike(nn.Module):
-    """(image, prompt heatmap) → (mask logits B×3×256×256, mask scores B×3)."""
+    """(image, prompt heatmap) → (mask logits B×3×H×W at the image's size, mask scores B×3)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,19 +118,20 @@ class SqueezeSAMLike(nn.Module):
         return masks, scores
 
 
-def point_prompt(seed: int) -> torch.Tensor:
-    """A 1×1×256×256 Gaussian blob at a seeded random point (how SqueezeSAM feeds clicks)."""
+def point_prompt(seed: int, image: int = IMAGE) -> torch.Tensor:
+    """A 1×1×``image``×``image`` Gaussian blob at a seeded random point (how SqueezeSAM feeds
+    clicks)."""
     generator = torch.Generator().manual_seed(seed)
-    y, x = (torch.rand(2, generator=generator) * IMAGE).tolist()
-    rows = torch.arange(IMAGE, dtype=torch.float32).reshape(-1, 1)
-    cols = torch.arange(IMAGE, dtype=torch.float32).reshape(1, -1)
+    y, x = (torch.rand(2, generator=generator) * image).tolist()
+    rows = torch.arange(image, dtype=torch.float32).reshape(-1, 1)
+    cols = torch.arange(image, dtype=torch.float32).reshape(1, -1)
     heat = torch.exp(-((rows - y) ** 2 + (cols - x) ** 2) / (2 * PROMPT_SIGMA**2))
-    return heat.reshape(1, 1, IMAGE, IMAGE)
+    return heat.reshape(1, 1, image, image)
 
 
-def squeezesam_like_inputs(seed: int) -> tuple[torch.Tensor, ...]:
-    """A seeded-noise 256×256 image and a seeded point prompt."""
-    return seeded_randn(seed, 1, 3, IMAGE, IMAGE), point_prompt(seed)
+def squeezesam_like_inputs(seed: int, image: int = IMAGE) -> tuple[torch.Tensor, ...]:
+    """A seeded-noise ``image``×``image`` image and a seeded point prompt."""
+    return seeded_randn(seed, 1, 3, image, image), point_prompt(seed, image)
 
 
 class _CalibrationWrapper(nn.Module):
@@ -141,8 +145,13 @@ class _CalibrationWrapper(nn.Module):
         return self.model(batch[:, :3], batch[:, 3:])
 
 
-@register_model("squeezesam_like", inputs=squeezesam_like_inputs, extra_files=[SEEDING_FILE])
-def squeezesam_like() -> nn.Module:
+@register_model(
+    "squeezesam_like",
+    inputs=squeezesam_like_inputs,
+    extra_files=[SEEDING_FILE],
+    emulation={"image": EMULATION_IMAGE},
+)
+def squeezesam_like(image: int = IMAGE) -> nn.Module:
     """SqueezeSAM-like U-Net (256×256, image + point prompt): convs, one attention block, decoder.
 
     Stresses convolution first; with SME2 the data movement (permutes, reshapes, concats,
@@ -151,7 +160,7 @@ def squeezesam_like() -> nn.Module:
     with seeded_weights():
         model = SqueezeSAMLike()
         batch = torch.cat(
-            [torch.cat(squeezesam_like_inputs(10_000 + i), dim=1) for i in range(4)], dim=0
+            [torch.cat(squeezesam_like_inputs(10_000 + i, image), dim=1) for i in range(4)], dim=0
         )
         calibrate_batchnorm(_CalibrationWrapper(model), batch)
         return model.eval()

@@ -18,13 +18,19 @@ from models._seeding import SEEDING_FILE, seeded_randn, seeded_weights
 from pytest_sme2.models import register_model
 
 IMAGE = 224
+#: The image side on emulated devices: 49 patches instead of 196, the same operators and kernels.
+EMULATION_IMAGE = 112
 PATCH = 16
 DIM = 256
 DEPTH = 6
 HEADS = 4
 MLP_RATIO = 4
 NUM_CLASSES = 1000
-TOKENS = (IMAGE // PATCH) ** 2 + 1  # 196 patches + the class token
+
+
+def tokens(image: int) -> int:
+    """Sequence length for an ``image``×``image`` input: its patches plus the class token."""
+    return (image // PATCH) ** 2 + 1
 
 
 class Attention(nn.Module):
@@ -75,33 +81,38 @@ class Block(nn.Module):
 class ViT(nn.Module):
     """Patch embedding (conv 16×16/16) + class token + positions → blocks → LN → class head."""
 
-    def __init__(self) -> None:
+    def __init__(self, image: int = IMAGE) -> None:
         super().__init__()
         self.patch_embed = nn.Conv2d(3, DIM, PATCH, stride=PATCH)
         self.cls_token = nn.Parameter(torch.randn(1, 1, DIM) * 0.02)
-        self.pos_embed = nn.Parameter(torch.randn(1, TOKENS, DIM) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, tokens(image), DIM) * 0.02)
         self.blocks = nn.Sequential(*(Block(DIM, HEADS, MLP_RATIO) for _ in range(DEPTH)))
         self.norm = nn.LayerNorm(DIM)
         self.head = nn.Linear(DIM, NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        patches = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, 196, DIM)
+        patches = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, patches, DIM)
         cls = self.cls_token.expand(patches.shape[0], -1, -1)
         tokens = torch.cat([cls, patches], dim=1) + self.pos_embed
         return self.head(self.norm(self.blocks(tokens))[:, 0])
 
 
-def vit_tiny_inputs(seed: int) -> tuple[torch.Tensor, ...]:
-    """One 1×3×224×224 image of seeded normal noise."""
-    return (seeded_randn(seed, 1, 3, IMAGE, IMAGE),)
+def vit_tiny_inputs(seed: int, image: int = IMAGE) -> tuple[torch.Tensor, ...]:
+    """One 1×3×``image``×``image`` image of seeded normal noise."""
+    return (seeded_randn(seed, 1, 3, image, image),)
 
 
-@register_model("vit_tiny", inputs=vit_tiny_inputs, extra_files=[SEEDING_FILE])
-def vit_tiny() -> nn.Module:
+@register_model(
+    "vit_tiny",
+    inputs=vit_tiny_inputs,
+    extra_files=[SEEDING_FILE],
+    emulation={"image": EMULATION_IMAGE},
+)
+def vit_tiny(image: int = IMAGE) -> nn.Module:
     """ViT (6 blocks × 256, 4 heads, 197 tokens): GEMM-heavy, with transposes between GEMMs.
 
     Stresses linears and batched matmuls (the SME2 case), data movement from head
     reshapes/permutes, and non-delegated LayerNorm (whose fp16 kernel is wrong at width 256).
     """
     with seeded_weights():
-        return ViT().eval()
+        return ViT(image).eval()

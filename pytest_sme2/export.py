@@ -291,8 +291,8 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
         import torch
 
         with torch.no_grad():
-            model = spec.factory()
-            example = _tensors(spec.inputs(EXAMPLE_SEED), "inputs")
+            model = spec.build()
+            example = _tensors(spec.example_inputs(EXAMPLE_SEED), "inputs")
             if dtype == "fp16":
                 program_inputs = tuple(t.half() if t.is_floating_point() else t for t in example)
                 program_model = copy.deepcopy(model).half()
@@ -325,7 +325,7 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
             prepared = prepare_pt2e(exported.module(), quantizer)
             with torch.no_grad():
                 for seed in CALIBRATION_SEEDS:
-                    prepared(*spec.inputs(seed))
+                    prepared(*spec.example_inputs(seed))
             quantized = convert_pt2e(prepared)
         with stages.stage("torch.export"):
             exported = torch.export.export(quantized, program_inputs)
@@ -357,6 +357,7 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
         "model": spec.name,
+        "params": dict(spec.params),
         "dtype": dtype,
         "key": key,
         "recipe": RECIPE_VERSION,

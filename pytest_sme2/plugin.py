@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_sme2.export import Artifact
     from pytest_sme2.gates import Verdict
     from pytest_sme2.measure import Measurement
+    from pytest_sme2.models import ModelSpec
     from pytest_sme2.settings import Case, Settings
     from pytest_sme2.trace import Trace
 
@@ -100,10 +101,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize every test that asks for ``sme2_case`` over model × dtype (× threads)."""
     if "sme2_case" not in metafunc.fixturenames:
         return
+    from pytest_sme2.devices.registry import device_class
     from pytest_sme2.models import registered_models
 
     settings = _settings(metafunc.config)
-    cases = _or_fail(lambda: settings.cases(registered_models()))
+    cases = _or_fail(
+        lambda: settings.cases(
+            registered_models(), emulated=device_class(settings.device).emulates_cpu
+        )
+    )
     metafunc.parametrize("sme2_case", cases, ids=[case.id for case in cases])
 
 
@@ -149,13 +155,15 @@ def sme2_device(sme2_settings: Settings, pytestconfig: pytest.Config) -> Device:
 
 
 @pytest.fixture(scope="session")
-def exported_model() -> Callable[[str, str], Artifact]:
-    """Factory: ``exported_model("toy_cnn", "fp16")`` → the cached, numerics-checked Artifact."""
+def exported_model() -> Callable[[str | ModelSpec, str], Artifact]:
+    """Factory: ``exported_model("toy_cnn", "fp16")`` → the cached, numerics-checked Artifact.
+
+    Takes a registered name or a ``ModelSpec`` (e.g. ``spec.for_emulation()``)."""
     from pytest_sme2.export import export_model
     from pytest_sme2.models import get_model
 
-    def export(model: str, dtype: str) -> Artifact:
-        return export_model(get_model(model), dtype)
+    def export(model: str | ModelSpec, dtype: str) -> Artifact:
+        return export_model(get_model(model) if isinstance(model, str) else model, dtype)
 
     return export
 
@@ -171,7 +179,10 @@ def sme2_reference() -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def sme2_artifact(sme2_case: Case, exported_model: Callable[[str, str], Artifact]) -> Artifact:
+def sme2_artifact(
+    sme2_case: Case,
+    exported_model: Callable[[str | ModelSpec, str], Artifact],
+) -> Artifact:
     """The current case's export; an export that fails or computes wrong numbers is an xfail."""
     from pytest_sme2.errors import ExportError
 

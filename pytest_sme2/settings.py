@@ -88,8 +88,9 @@ class Settings:
     tolerances: Tolerances
     classifier: Classifier
 
-    def cases(self, registered: Sequence[ModelSpec]) -> list[Case]:
-        """Every selected model × dtype × thread count, in registration order."""
+    def cases(self, registered: Sequence[ModelSpec], *, emulated: bool = False) -> list[Case]:
+        """Every selected model × dtype × thread count, in registration order; with
+        ``emulated``, each model as an emulated device runs it (its emulation params)."""
         known = {spec.name for spec in registered}
         unknown = [name for name in self.models if name not in known]
         if unknown:
@@ -98,6 +99,8 @@ class Settings:
             )
         chosen = [s for s in registered if not self.models or s.name in self.models]
         many = len(self.threads) > 1
+        if emulated:
+            chosen = [spec.for_emulation() for spec in chosen]
         return [
             Case(spec, dtype, threads, many)
             for spec in chosen

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import models  # noqa: E402  (registers the examples; needs torch)
 from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
-from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, TOKENS, vit_tiny  # noqa: E402
+from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny  # noqa: E402
 from pytest_sme2.models import ModelSpec, get_model  # noqa: E402
 
 #: What each example model returns for its example inputs (batch 1).
@@ -23,12 +23,23 @@ OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "vit_tiny": [(1, 1000)],
     "squeezesam_like": [(1, 3, 256, 256), (1, 3)],
 }
+#: The same, built with the emulation params of the models that have them.
+EMULATION_OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
+    "vit_tiny": [(1, 1000)],
+    "squeezesam_like": [(1, 3, 128, 128), (1, 3)],
+}
 EXAMPLES = [get_model(name) for name in models.__all__]
+#: Every example spec as hardware runs it and, where it differs, as an emulator runs it.
+BUILDS = EXAMPLES + [s.for_emulation() for s in EXAMPLES if s.emulation_params]
+
+
+def _build_id(spec: ModelSpec) -> str:
+    return f"{spec.name}@{spec.size_note}" if spec.params else spec.name
 
 
 def _outputs(spec: ModelSpec, seed: int = 0) -> tuple[torch.Tensor, ...]:
     with torch.no_grad():
-        out = spec.factory()(*spec.inputs(seed))
+        out = spec.build()(*spec.example_inputs(seed))
     return out if isinstance(out, tuple) else (out,)
 
 
@@ -39,34 +50,34 @@ def test_every_example_model_is_registered_and_described() -> None:
         assert any(path.name == "_seeding.py" for path in spec.source_files), spec.name
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
 def test_model_builds_in_eval_mode(spec: ModelSpec) -> None:
-    model = spec.factory()
+    model = spec.build()
     assert isinstance(model, torch.nn.Module)
     assert not any(module.training for module in model.modules())
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
 def test_weights_are_identical_on_every_build(spec: ModelSpec) -> None:
-    first, second = spec.factory().state_dict(), spec.factory().state_dict()
+    first, second = spec.build().state_dict(), spec.build().state_dict()
     assert first.keys() == second.keys()
     for name, tensor in first.items():
         assert torch.equal(tensor, second[name]), f"{spec.name}.{name} differs between builds"
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
 def test_building_does_not_disturb_the_global_rng(spec: ModelSpec) -> None:
     torch.manual_seed(1234)
     expected = torch.rand(4)
     torch.manual_seed(1234)
-    spec.factory()
-    spec.inputs(0)
+    spec.build()
+    spec.example_inputs(0)
     assert torch.equal(torch.rand(4), expected)
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
 def test_inputs_are_seeded_and_real_looking(spec: ModelSpec) -> None:
-    zero, again, one = spec.inputs(0), spec.inputs(0), spec.inputs(1)
+    zero, again, one = spec.example_inputs(0), spec.example_inputs(0), spec.example_inputs(1)
     assert all(torch.equal(a, b) for a, b in zip(zero, again, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(zero, one, strict=True))
     for tensor in zero:
@@ -74,16 +85,17 @@ def test_inputs_are_seeded_and_real_looking(spec: ModelSpec) -> None:
         assert tensor.unique().numel() > 100, "inputs must not be (nearly) constant"
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
 def test_eager_outputs_have_the_right_shapes_and_are_finite(spec: ModelSpec) -> None:
     outputs = _outputs(spec)
-    assert [tuple(out.shape) for out in outputs] == OUTPUT_SHAPES[spec.name]
+    shapes = EMULATION_OUTPUT_SHAPES if spec.params else OUTPUT_SHAPES
+    assert [tuple(out.shape) for out in outputs] == shapes[spec.name]
     for out in outputs:
         assert torch.isfinite(out).all()
         assert out.std() > 0, "an output that ignores its input hides numerics bugs"
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
 def test_eager_outputs_are_deterministic(spec: ModelSpec) -> None:
     for a, b in zip(_outputs(spec), _outputs(spec), strict=True):
         assert torch.equal(a, b)
@@ -109,10 +121,30 @@ def test_vit_tiny_matches_its_configuration() -> None:
     block = 2 * 2 * DIM + 4 * linear + 2 * DIM * DIM * MLP_RATIO + DIM * MLP_RATIO + DIM
     expected = (
         3 * PATCH * PATCH * DIM + DIM  # patch embedding
-        + DIM + TOKENS * DIM  # class token, positions
+        + DIM + tokens(224) * DIM  # class token, positions
         + DEPTH * block
         + 2 * DIM  # final LayerNorm
         + DIM * NUM_CLASSES + NUM_CLASSES  # head
     )  # fmt: skip
     assert sum(p.numel() for p in model.parameters()) == expected
-    assert TOKENS == (224 // PATCH) ** 2 + 1 == 197
+    assert tokens(224) == (224 // PATCH) ** 2 + 1 == 197
+
+
+def test_emulation_builds_are_the_models_with_smaller_inputs() -> None:
+    """An emulated device runs the same layers on fewer pixels, and caches them apart."""
+    assert sorted(spec.name for spec in EXAMPLES if spec.emulation_params) == sorted(
+        EMULATION_OUTPUT_SHAPES
+    )
+    for spec in EXAMPLES:
+        emulated = spec.for_emulation()
+        if not spec.emulation_params:
+            assert emulated is spec
+            continue
+        assert emulated.size_note == "image=" + str(dict(spec.emulation_params)["image"])
+        assert emulated.fingerprint() != spec.fingerprint()
+        full, small = spec.build(), emulated.build()
+        assert [name for name, _ in full.named_modules()] == [
+            name for name, _ in small.named_modules()
+        ]
+        (full_input, *_), (small_input, *_) = spec.example_inputs(0), emulated.example_inputs(0)
+        assert small_input.numel() < full_input.numel()

@@ -276,3 +276,34 @@ def test_xdist_two_workers_share_exports_and_builds(pytester):
         "plug_a-fp32.json",
         "plug_b-fp32.json",
     ]
+
+
+EMULATED_MODEL = """
+import torch
+from pytest_sme2 import register_model
+
+def _inputs(seed, size=40):
+    return (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed)),)
+
+@register_model("plug_e", inputs=_inputs, dtypes=("fp32",), emulation={"size": 20})
+def plug_e(size=40):
+    '''A conv whose input shrinks on emulated devices.'''
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten()).eval()
+"""
+
+
+@pytest.mark.parametrize(("device", "side"), [("host", 40), ("qemu-sme2", 20)])
+def test_an_emulated_device_runs_each_model_at_its_emulation_params(pytester, device, side):
+    pytester.makeconftest(EMULATED_MODEL)
+    pytester.makepyfile(
+        test_sizes=f"""
+        import json
+
+        def test_size(sme2_case, sme2_artifact):
+            assert sme2_case.id == "plug_e-fp32"
+            manifest = json.loads((sme2_artifact.directory / "artifact.json").read_text())
+            assert manifest["inputs"][0]["shape"] == [1, 3, {side}, {side}]
+        """
+    )
+    run(pytester, f"--sme2-device={device}").assert_outcomes(passed=1)

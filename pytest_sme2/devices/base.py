@@ -69,6 +69,9 @@ class Device(ABC):
 
     #: The value of ``--sme2-device`` selecting this device, and its baseline directory name.
     name: ClassVar[str]
+    #: Whether this device emulates the CPU: models are then built with their emulation params
+    #: (smaller inputs, see ``pytest_sme2.models``). Known before ``prepare``, at collection.
+    emulates_cpu: ClassVar[bool] = False
 
     @classmethod  # noqa: B027  (optional hook: a no-op default on purpose)
     def add_options(cls, add: Callable[..., None]) -> None:

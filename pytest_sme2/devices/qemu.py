@@ -46,6 +46,7 @@ class QemuSme2Device(Device):
     """The runner cross-built for aarch64, run under qemu with SME2 visible or hidden."""
 
     name = "qemu-sme2"
+    emulates_cpu = True
 
     def __init__(
         self, qemu: Path | None = None, sme_vector_length: int = DEFAULT_SME_VECTOR_LENGTH
