@@ -7,6 +7,7 @@ cannot be broken by it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -178,16 +179,35 @@ def sme2_reference() -> tuple[Path, Path]:
     return artifact.pte, artifact.inputs
 
 
+@pytest.fixture(scope="session")
+def sme2_exports(request: pytest.FixtureRequest) -> None:
+    """Every collected case exported before the session's first measurement (see ``prefetch``)."""
+    from pytest_sme2.export import prefetch
+
+    cases: list[Case] = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "sme2_case" in callspec.params:
+            cases.append(callspec.params["sme2_case"])
+    pairs = list(dict.fromkeys((case.model, case.dtype) for case in cases))
+    # xdist workers collect the same cases: each starts at its own offset, so two workers export
+    # different cases side by side instead of queueing on one case's lock.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    start = len(pairs) * worker // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    prefetch(pairs[start:] + pairs[:start])
+
+
 @pytest.fixture
 def sme2_artifact(
     sme2_case: Case,
     exported_model: Callable[[str | ModelSpec, str], Artifact],
+    sme2_exports: None,
 ) -> Artifact:
     """The current case's export; an export that fails or computes wrong numbers is an xfail."""
     from pytest_sme2.errors import ExportError
 
     try:
-        return exported_model(sme2_case.model.name, sme2_case.dtype)
+        return exported_model(sme2_case.model, sme2_case.dtype)
     except ExportError as err:
         reason = str(err)
     pytest.xfail(reason)

@@ -278,6 +278,23 @@ def test_xdist_two_workers_share_exports_and_builds(pytester):
     ]
 
 
+def test_every_case_is_exported_before_the_first_is_measured(pytester, monkeypatch, tmp_path):
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))  # nothing exported yet
+    make_suite(pytester)
+    pytester.makepyfile(
+        test_first="""
+        from pytest_sme2.export import load_cached
+        from pytest_sme2.models import get_model
+
+        def test_first(sme2_artifact):
+            assert load_cached(get_model("plug_a"), "fp32") is not None
+            assert load_cached(get_model("plug_b"), "fp32") is not None
+        """
+    )
+    result = run(pytester, "test_first.py")
+    result.assert_outcomes(passed=2)
+
+
 EMULATED_MODEL = """
 import torch
 from pytest_sme2 import register_model
