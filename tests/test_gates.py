@@ -70,7 +70,18 @@ def test_missing_packed_operators_fail_the_kernel_gate():
     m = measurement(SME2_DEVICE, on_ops=OFF_OPS)
     v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
     assert v.status is Status.FAIL
-    assert "no packed SME operator ran with SME2 on" in v.message
+    assert v.message == "no packed PF32 operator ran with SME2 on for toy[fp32] on phone"
+
+
+def test_kernels_without_the_dtypes_packed_operators_fail_the_kernel_gate():
+    """Executed SME2 kernels do not excuse an int8 model whose GEMMs fell back to NEON."""
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE, dtype="int8")
+    v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert v.status is Status.FAIL
+    assert v.message.startswith("no packed PQS8 operator ran with SME2 on for toy[int8]")
+    assert set(v.details) == {"Convolution (NHWC, PF32) IGEMM", "Fully Connected (NC, PF32) GEMM"}
 
 
 def test_structure_change_fails_with_a_compact_diff():
