@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -100,6 +101,13 @@ class Baseline:
     speedup: SpeedupBaseline | None
     tolerances: Tolerances = field(default_factory=Tolerances)
     instruction_ratio: float | None = None
+
+    @property
+    def reference_median_ms(self) -> float | None:
+        """The reference workload's median latency when this baseline was measured (the
+        machine's speed then), or None where the device's time is not meaningful."""
+        samples = [s for v in self.variants.values() for s in v.latency.reference_samples_ms]
+        return statistics.median(samples) if samples else None
 
 
 def baseline_path(directory: Path, device: str, model: str, dtype: str, threads: int) -> Path:

@@ -31,6 +31,15 @@ def test_round_trip_and_stable_text(tmp_path):
     ]
 
 
+def test_reference_median_is_the_machine_speed_at_baseline_time():
+    from dataclasses import replace
+
+    m = measurement(SME2_DEVICE)
+    assert from_measurement(m, TOL).reference_median_ms is None  # no reference timed
+    timed = replace(m, reference_ms=(0.14, 0.13, 0.2, 0.15))
+    assert from_measurement(timed, TOL).reference_median_ms == pytest.approx(0.145)
+
+
 def test_floats_are_rounded_to_four_significant_digits():
     assert store.stable(1.23456789) == 1.235
     assert store.stable(0.000123456) == 0.0001235

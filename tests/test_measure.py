@@ -74,3 +74,29 @@ def test_parity_judges_on_against_off_with_the_dtype_tolerance(tmp_path: Path):
     odd = {**same, Variant.ON: with_outputs(Variant.ON, tmp_path / "on3", [x[:2]])}
     with pytest.raises(RunnerError, match=r"outputs of toy\[fp32\] differ: output 0 has shape"):
         _parity(odd, "toy", "fp32")
+
+
+def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a_slow_one(
+    tmp_path: Path,
+):
+    from pytest_sme2.measure import settle
+    from pytest_sme2.reference import REFERENCE
+
+    artifact = export_model(REFERENCE, "fp32")
+    device = HostDevice()
+    device.prepare()
+    reference = (artifact.pte, artifact.inputs)
+    # A baseline taken on a machine 1000× slower: today's machine is at (well under) its speed.
+    fast = settle(device, reference, 1000.0, tmp_path / "fast", threads=1, tolerance=0.1)
+    assert fast.settled and fast.ratio < 0.01 and fast.waited_s < 5
+    assert fast.describe().startswith("machine at baseline speed after 0 s: reference workload")
+    assert [p.name for p in (tmp_path / "fast").iterdir()] == ["settle-0"]
+    # A baseline 10^6× faster than anything this machine can do: it never settles, and the wait
+    # ends at the timeout, having probed between pauses.
+    slow = settle(
+        device, reference, 1e-7, tmp_path / "slow", threads=1, tolerance=0.1,
+        timeout_s=1.0, pause_s=0.3,
+    )  # fmt: skip
+    assert not slow.settled and slow.ratio > 1000 and 0.6 <= slow.waited_s <= 5
+    assert len(list((tmp_path / "slow").iterdir())) >= 2
+    assert slow.describe().startswith("machine still slow after ")
