@@ -86,13 +86,13 @@ def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a
     device = HostDevice()
     device.prepare()
     reference = (artifact.pte, artifact.inputs)
-    # A baseline taken on a machine 1000× slower: today's machine is at (well under) its speed.
+    # An undisturbed time 1000× slower than today's: the machine is at (well under) it.
     fast = settle(device, reference, 1000.0, tmp_path / "fast", threads=1, tolerance=0.1)
     assert fast.settled and fast.ratio < 0.01 and fast.waited_s < 5
-    assert fast.describe().startswith("machine at baseline speed after 0 s: reference workload")
+    assert fast.describe().startswith("machine at its undisturbed speed after 0 s: reference")
     assert [p.name for p in (tmp_path / "fast").iterdir()] == ["settle-0"]
-    # A baseline 10^6× faster than anything this machine can do: it never settles, and the wait
-    # ends at the timeout, having probed between pauses.
+    # An undisturbed time 10^6× faster than anything this machine can do: it never settles, and
+    # the wait ends at the timeout, having probed between pauses.
     slow = settle(
         device, reference, 1e-7, tmp_path / "slow", threads=1, tolerance=0.1,
         timeout_s=1.0, pause_s=0.3,
@@ -100,3 +100,20 @@ def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a
     assert not slow.settled and slow.ratio > 1000 and 0.6 <= slow.waited_s <= 5
     assert len(list((tmp_path / "slow").iterdir())) >= 2
     assert slow.describe().startswith("machine still slow after ")
+
+
+def test_machine_speed_is_the_fastest_reference_seen_or_the_baselines():
+    from pytest_sme2.measure import MachineSpeed
+    from tests.measurements import measurement
+
+    speed = MachineSpeed()
+    assert speed.undisturbed_ms(None) is None
+    assert speed.undisturbed_ms(0.2) == 0.2
+    speed.observe(measurement())  # nothing timed beside it: no information
+    assert speed.best_ms is None
+    speed.observe(replace(measurement(), reference_ms=(0.18, 0.21, 0.19)))
+    speed.observe(replace(measurement(), reference_ms=(0.14, 0.13, 0.15)))
+    speed.observe(replace(measurement(), reference_ms=(0.16, 0.17, 0.16)))
+    assert speed.best_ms == 0.14
+    assert speed.undisturbed_ms(0.196) == 0.14  # a baseline recorded while the machine was slow
+    assert speed.undisturbed_ms(0.12) == 0.12

@@ -203,8 +203,8 @@ def test_slowed_model_trips_the_latency_gate_and_an_unchanged_rerun_does_not(pyt
             "*E2E latency of plug_a[[]fp32] on host (sme2-off) rose *% "
             "(median * ms vs baseline * ms, ratio *× (95% CI *×) and *× (95% CI *×) "
             "relative to the reference workload), beyond the 10% tolerance*",
-            "*the failure persisted in a fresh measurement (machine at baseline speed after *"
-            "reference workload at *× its baseline time)*",
+            "*the failure persisted in a fresh measurement (machine at its undisturbed speed "
+            "after * s: reference workload at *× its undisturbed time)*",
         ]
     )
 
