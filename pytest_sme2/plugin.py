@@ -376,10 +376,13 @@ def sme2_judge(
             verdicts = judge(measurement, baseline, expectations, tol)
             request.node.user_properties.append(("sme2 re-measured after", f"{first}\n{how}"))
             if failure_report(verdicts, strict=False):
-                verdicts = (
-                    *verdicts,
-                    Verdict("confirmed", Status.FAIL, f"the failure persisted {how}"),
+                confirmed = Verdict("confirmed", Status.FAIL, f"the failure persisted {how}")
+            else:
+                first_line = first.splitlines()[0] if first else ""
+                confirmed = Verdict(
+                    "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
                 )
+            verdicts = (*verdicts, confirmed)
         request.node.stash[VERDICTS_KEY] = verdicts
         add_benchmarks(request.config, request.node.nodeid, measurement)
         for change in changes:

@@ -191,3 +191,15 @@ def test_tables_render_as_valid_markdown(device):
         lines = table.markdown().splitlines()
         widths = {line.count("|") for line in lines}
         assert len(widths) == 1 and len(lines) == len(table.rows) + 2
+
+
+def test_verdict_word_says_when_a_pass_needed_a_fresh_measurement():
+    ok = Verdict("shares[sme2-off]", Status.PASS, "within ±5 points")
+    skipped = Verdict("speedup", Status.SKIP, "host CPU has no SME2")
+    confirmed = Verdict("confirmed", Status.PASS, "passed in a fresh measurement")
+    persisted = Verdict("confirmed", Status.FAIL, "the failure persisted")
+    failed = Verdict("shares[sme2-off]", Status.FAIL, "moved")
+    assert content.verdict_word([]) == "not judged"
+    assert content.verdict_word([ok, skipped]) == "pass, 1 skipped"
+    assert content.verdict_word([ok, skipped, confirmed]) == "pass, re-measured, 1 skipped"
+    assert content.verdict_word([failed, persisted]) == "FAIL (2)"

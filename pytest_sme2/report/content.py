@@ -132,10 +132,13 @@ def speedup_text(m: Measurement) -> str:
 
 
 def verdict_word(verdicts: Sequence[Verdict]) -> str:
-    """ "pass" / "FAIL (n)", plus how many gates the device could not judge."""
+    """ "pass" / "pass, re-measured" / "FAIL (n)", plus how many gates the device could not
+    judge. "re-measured": the first measurement failed a time gate, a fresh one passed."""
     failed = sum(v.status is Status.FAIL for v in verdicts)
     skipped = sum(v.status is Status.SKIP for v in verdicts)
     word = f"FAIL ({failed})" if failed else ("pass" if verdicts else "not judged")
+    if not failed and any(v.gate == "confirmed" for v in verdicts):
+        word = "pass, re-measured"
     return word + (f", {skipped} skipped" if skipped else "")
 
 
