@@ -152,6 +152,13 @@ def test_update_reports_each_change(pytester):
     )
     result.assert_outcomes(passed=1)
     assert "sme2-off Transpose (ND, X32) ×99" in (pytester.path / "j.xml").read_text()
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-sme2 baselines written*",
+            "baselines/host/plug_a-fp32.json:",
+            "    sme2-off Transpose (ND, X32) ×99*",
+        ]
+    )
     assert (
         json.loads(path.read_text())["variants"]["sme2-off"]["operators"]["Transpose (ND, X32)"]
         != 99

@@ -14,7 +14,7 @@ from pytest_sme2.report import content
 from pytest_sme2.report.charts import DPI, data_uri, render_charts
 from pytest_sme2.report.content import skipped_reasons, summary_row
 from pytest_sme2.report.html import COLUMNS, extra_html, row_cells
-from pytest_sme2.report.terminal import summary_lines
+from pytest_sme2.report.terminal import baseline_change_lines, summary_lines
 from pytest_sme2.stats import LatencyStats
 from tests.measurements import HOST, SME2_DEVICE, measurement
 
@@ -100,3 +100,19 @@ def test_emulated_devices_show_the_instruction_ratio_instead_of_a_speedup():
     m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
     assert speedup_text(m) == "instruction ratio 2.50× (off ÷ on)"
     assert speedup_text(measurement(EMULATOR)).startswith("n/a (emulated time")
+
+
+def test_baseline_changes_are_listed_per_file_in_path_order():
+    lines = baseline_change_lines(
+        [
+            ("baselines/host/vit-fp32.json", ["sme2-off median latency 10.0 → 12.0 ms"]),
+            ("baselines/host/toy-fp32.json", ["new baseline", "sme2-off GEMM share 60% → 50%"]),
+        ]
+    )
+    assert lines == [
+        "baselines/host/toy-fp32.json:",
+        "    new baseline",
+        "    sme2-off GEMM share 60% → 50%",
+        "baselines/host/vit-fp32.json:",
+        "    sme2-off median latency 10.0 → 12.0 ms",
+    ]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_sme2.cache import write_atomic
-from pytest_sme2.keys import MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
+from pytest_sme2.keys import BASELINE_CHANGES_KEY, MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
 
 SESSION_REPORT_NAME = "report.md"
 
@@ -36,6 +36,7 @@ class ReportPlugin:
         # Terminal rows travel on the test reports, so the xdist controller gets them too.
         self.summary_rows: list[dict[str, str]] = []
         self.skipped: set[str] = set()
+        self.baseline_changes: list[tuple[str, tuple[str, ...]]] = []  # (path, changes)
 
     def _manifest_config(self, item: pytest.Item, threads: int) -> dict[str, Any]:
         """The settings that shaped this measurement, for manifest.json."""
@@ -102,6 +103,11 @@ class ReportPlugin:
         report.sme2_cells = row_cells(m)
         report.sme2_summary = summary_row(m, verdicts)
         report.sme2_skipped = skipped_reasons([verdicts])
+        changes = item.stash.get(BASELINE_CHANGES_KEY, ())
+        baseline_path = getattr(item, "funcargs", {}).get("sme2_baseline_path")
+        if changes and baseline_path is not None:
+            shown = os.path.relpath(baseline_path, self.config.invocation_params.dir)
+            report.sme2_baseline_changes = (shown, tuple(changes))
         html_plugin = self.config.pluginmanager.getplugin("html")
         if html_plugin is not None:
             extra = html_plugin.extras.html(extra_html(m, verdicts, charts, links))
@@ -118,6 +124,10 @@ class ReportPlugin:
         if row:
             self.summary_rows.append(row)
             self.skipped.update(getattr(report, "sme2_skipped", ()))
+        changes = getattr(report, "sme2_baseline_changes", None)
+        if changes:
+            path, what = changes
+            self.baseline_changes.append((path, tuple(what)))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_header(self, cells: list[str]) -> None:
@@ -156,7 +166,7 @@ class ReportPlugin:
         write_atomic(self.session_report, session_report(entries, base=root))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_sme2.report.terminal import summary_lines
+        from pytest_sme2.report.terminal import baseline_change_lines, summary_lines
 
         if not self.summary_rows:
             return
@@ -165,3 +175,7 @@ class ReportPlugin:
             terminalreporter.write_line(line)
         if self.session_report is not None:
             terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")
+        if self.baseline_changes:
+            terminalreporter.section("pytest-sme2 baselines written")
+            for line in baseline_change_lines(self.baseline_changes):
+                terminalreporter.write_line(line)

@@ -5,6 +5,8 @@ Columns: model, dtype, device, E2E median SME2-off / SME2-on (timing-only runs),
 measured: the picture after SME2) with its share, and the verdict with skipped gates counted.
 Below the table, each distinct reason a gate was skipped, once. Rows are built per test
 (``content.summary_row``) and carried on the test reports, so this works under pytest-xdist.
+Then, after ``--sme2-update-baselines`` or a missing baseline, every baseline file written and
+what changed in it, so the update can be reviewed before ``git diff baselines/``.
 """
 
 from __future__ import annotations
@@ -20,3 +22,12 @@ def summary_lines(rows: Sequence[dict[str, str]], skipped: Sequence[str]) -> lis
         return []
     lines = pd.DataFrame(list(rows)).to_string(index=False).splitlines()
     return lines + [f"skipped gate: {reason}" for reason in skipped]
+
+
+def baseline_change_lines(changes: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """``path`` then each change indented, for every baseline written this session."""
+    lines = []
+    for path, what in sorted(changes):
+        lines.append(f"{path}:")
+        lines += [f"    {change}" for change in what]
+    return lines
