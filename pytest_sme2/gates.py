@@ -16,7 +16,7 @@ Every verdict carries a sentence a reviewer would write, and, for structure, a c
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pytest_sme2.baseline import Baseline, Tolerances, latency_baseline, operator_diff
@@ -496,3 +496,46 @@ def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:
     """Some gate failed, and every failed one is time-based (worth one fresh measurement)."""
     failed = [v.gate for v in verdicts if v.status is Status.FAIL]
     return bool(failed) and all(gate.startswith(TIME_GATES) for gate in failed)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdicts of a case, and the measurement they judge (the confirming one, if taken)."""
+
+    measurement: Measurement
+    verdicts: tuple[Verdict, ...]
+    #: the first measurement's failure report, when a fresh measurement was taken to confirm it
+    remeasured_after: str | None = None
+
+
+#: ``remeasure()`` → a fresh measurement and how it was taken ("in a fresh measurement (…)").
+Remeasure = Callable[[], tuple[Measurement, str]]
+
+
+def judge_confirmed(
+    m: Measurement,
+    baseline: Baseline | None,
+    expectations: Expectations,
+    tolerances: Tolerances,
+    remeasure: Remeasure | None,
+) -> Judgement:
+    """:func:`judge`, and where only time gates failed, a fresh measurement that decides.
+
+    Wall-clock time is the one input a busy machine moves for a while; operator structure,
+    kernels and parity are not re-measured away. The confirming measurement's verdicts stand,
+    plus a ``confirmed`` verdict that says how it went and names the first failure.
+    """
+    verdicts = judge(m, baseline, expectations, tolerances)
+    if remeasure is None or not only_time_gates_failed(verdicts):
+        return Judgement(m, verdicts)
+    first = failure_report(verdicts, strict=False) or ""
+    fresh, how = remeasure()
+    verdicts = judge(fresh, baseline, expectations, tolerances)
+    if failure_report(verdicts, strict=False):
+        confirmed = Verdict("confirmed", Status.FAIL, f"the failure persisted {how}")
+    else:
+        first_line = first.splitlines()[0]
+        confirmed = Verdict(
+            "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
+        )
+    return Judgement(fresh, (*verdicts, confirmed), first)

@@ -337,12 +337,13 @@ def sme2_judge(
     """
     from pytest_sme2 import baseline as store
     from pytest_sme2.benchmark_interop import add_benchmarks
-    from pytest_sme2.gates import Status, Verdict, failure_report, judge, only_time_gates_failed
+    from pytest_sme2.gates import failure_report, judge_confirmed
     from pytest_sme2.measure import settle
 
-    def confirm(baseline: Baseline) -> tuple[Measurement, str]:
+    def remeasure(baseline: Baseline | None) -> tuple[Measurement, str]:
         """A fresh measurement, after the machine settled where that can be told."""
-        expected = sme2_machine_speed.undisturbed_ms(baseline.reference_median_ms)
+        stored_ms = baseline.reference_median_ms if baseline is not None else None
+        expected = sme2_machine_speed.undisturbed_ms(stored_ms)
         if expected is None or not sme2_device.info().time_meaningful:
             return sme2_measure("confirm"), "in a fresh measurement"
         settling = settle(
@@ -368,21 +369,18 @@ def sme2_judge(
             baseline = merged
         else:
             missing = False
-        expectations = _expectations(request.node)
-        verdicts = judge(measurement, baseline, expectations, tol)
-        if not changes and only_time_gates_failed(verdicts):
-            first = failure_report(verdicts, strict=False)
-            measurement, how = confirm(baseline)
-            verdicts = judge(measurement, baseline, expectations, tol)
-            request.node.user_properties.append(("sme2 re-measured after", f"{first}\n{how}"))
-            if failure_report(verdicts, strict=False):
-                confirmed = Verdict("confirmed", Status.FAIL, f"the failure persisted {how}")
-            else:
-                first_line = first.splitlines()[0] if first else ""
-                confirmed = Verdict(
-                    "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
-                )
-            verdicts = (*verdicts, confirmed)
+        judgement = judge_confirmed(
+            measurement,
+            baseline,
+            _expectations(request.node),
+            tol,
+            None if changes else lambda: remeasure(baseline),  # just written: nothing to confirm
+        )
+        measurement, verdicts = judgement.measurement, judgement.verdicts
+        if judgement.remeasured_after is not None:
+            request.node.user_properties.append(
+                ("sme2 re-measured after", judgement.remeasured_after)
+            )
         request.node.stash[VERDICTS_KEY] = verdicts
         add_benchmarks(request.config, request.node.nodeid, measurement)
         for change in changes:

@@ -276,3 +276,51 @@ def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
     assert not only_time_gates_failed((v("latency[sme2-off]"), v("structure[sme2-off]")))
     assert not only_time_gates_failed((v("sme2-kernels"),))
     assert not only_time_gates_failed((v("latency[sme2-off]", Status.PASS),))
+
+
+def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
+    from pytest_sme2.gates import judge_confirmed
+
+    base = from_measurement(measurement(HOST), TOL)
+    slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
+    calls = []
+
+    def remeasure(fresh):
+        def take():
+            calls.append(fresh)
+            return fresh, "in a fresh measurement (machine settled)"
+
+        return take
+
+    passed = judge_confirmed(slow, base, Expectations(), TOL, remeasure(measurement(HOST)))
+    assert passed.measurement is calls[-1] and passed.remeasured_after.startswith(
+        "E2E latency of toy[fp32] on host (sme2-off) rose 20%"
+    )
+    confirmed = by_gate(passed.verdicts)["confirmed"]
+    assert confirmed.status is Status.PASS
+    assert confirmed.message.startswith(
+        "passed in a fresh measurement (machine settled); the first had failed: E2E latency"
+    )
+    assert failure_report(passed.verdicts, strict=False) is None
+
+    persisted = judge_confirmed(slow, base, Expectations(), TOL, remeasure(slow))
+    assert by_gate(persisted.verdicts)["latency[sme2-off]"].status is Status.FAIL
+    assert failure_report(persisted.verdicts, strict=False).endswith(
+        "the failure persisted in a fresh measurement (machine settled)"
+    )
+
+
+def test_structure_failures_and_just_written_baselines_are_not_re_measured():
+    from pytest_sme2.gates import judge_confirmed
+
+    base = from_measurement(measurement(HOST), TOL)
+    changed = measurement(HOST, off_ops=(*OFF_OPS, ("Transpose (ND, X32)", 1.0)))
+
+    def never():
+        raise AssertionError("a changed graph is not a disturbance of the machine")
+
+    judged = judge_confirmed(changed, base, Expectations(), TOL, never)
+    assert judged.remeasured_after is None and judged.measurement is changed
+    assert by_gate(judged.verdicts)["structure[sme2-off]"].status is Status.FAIL
+    slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
+    assert judge_confirmed(slow, base, Expectations(), TOL, None).remeasured_after is None
