@@ -63,11 +63,6 @@ class ModelSpec:
         """This model as an emulated device runs it: built with its emulation params."""
         return replace(self, params=self.emulation_params) if self.emulation_params else self
 
-    @property
-    def size_note(self) -> str:
-        """``"image=112"`` for a spec built with non-default params, else ``""`` (for reports)."""
-        return ", ".join(f"{key}={value}" for key, value in self.params)
-
     def fingerprint(self) -> str:
         """Content hash of everything that determines this model's weights and graph.
 

@@ -34,7 +34,7 @@ BUILDS = EXAMPLES + [s.for_emulation() for s in EXAMPLES if s.emulation_params]
 
 
 def _build_id(spec: ModelSpec) -> str:
-    return f"{spec.name}@{spec.size_note}" if spec.params else spec.name
+    return "@".join([spec.name, *(f"{key}={value}" for key, value in spec.params)])
 
 
 def _outputs(spec: ModelSpec, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -140,7 +140,7 @@ def test_emulation_builds_are_the_models_with_smaller_inputs() -> None:
         if not spec.emulation_params:
             assert emulated is spec
             continue
-        assert emulated.size_note == "image=" + str(dict(spec.emulation_params)["image"])
+        assert emulated.params == spec.emulation_params
         assert emulated.fingerprint() != spec.fingerprint()
         full, small = spec.build(), emulated.build()
         assert [name for name, _ in full.named_modules()] == [

@@ -23,7 +23,6 @@ import itertools
 import os
 import re
 import shlex
-import signal
 import struct
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +42,7 @@ from pytest_sme2.runner.invoke import (
     RunPlan,
     RunResult,
     collect_result,
+    exit_reason,
     runner_command,
 )
 
@@ -643,13 +643,8 @@ def _env_path(name: str) -> Path | None:
 
 
 def _exit_reason(code: int) -> str:
-    """A remote shell reports a signal as 128 + its number."""
-    if code > 128:
-        try:
-            return f"killed by {signal.Signals(code - 128).name}"
-        except ValueError:
-            return f"killed by signal {code - 128}"
-    return f"failed (exit {code})"
+    """A remote shell reports a signal as 128 + its number; subprocess's way is its negative."""
+    return exit_reason(128 - code if code > 128 else code)
 
 
 def _tail(text: str, lines: int = 3) -> str:

@@ -136,13 +136,14 @@ def run_runner(
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise RunnerError(
-            f"runner {_exit_reason(proc.returncode)}: {_tail(proc.stderr)}; command: {shown}"
+            f"runner {exit_reason(proc.returncode)}: {_tail(proc.stderr)}; command: {shown}"
         )
 
     return collect_result(workdir, plan, log, command, want_outputs=want_outputs)
 
 
-def _exit_reason(returncode: int) -> str:
+def exit_reason(returncode: int) -> str:
+    """ "killed by SIGSEGV" / "failed (exit 1)"; a signal is a negative code, as subprocess says."""
     if returncode < 0:
         try:
             return f"killed by {signal.Signals(-returncode).name}"
