@@ -1,8 +1,15 @@
 """Stored expectations per device: ``baselines/<device>/<model>-<dtype>[-t<threads>].json``.
 
+One file per case holds two kinds of expectation:
+
+* the portable part (top-level ``variants``, ``instruction_ratio``): operator structure, packed
+  operators, SME2 kernels, emulated instruction counts — true on every machine of the device kind;
+* ``machines``: one time record per machine class (``DeviceInfo.class_id``) — latency, category
+  shares of time, speedup — judged only against a measurement of the same class.
+
 The JSON is for people first: sorted keys, two-space indent, floats rounded to 4 significant
-digits, one file per model × dtype. Updating keeps every value that is still within tolerance, so
-``git diff baselines/`` shows what really moved, and reports each change it makes.
+digits. Updating keeps every value that is still within tolerance and every other machine class's
+record as it was, so ``git diff baselines/`` shows what really moved, and reports each change.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sme2.cache import write_atomic
+from pytest_sme2.devices.base import DeviceInfo, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.stats import LatencyStats, Ratio, median_ratio, relative_median_ratio
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def stable(value: float) -> float:
@@ -72,15 +80,25 @@ class LatencyBaseline:
 
 @dataclass(frozen=True)
 class VariantBaseline:
-    """One variant's stored latency, category shares (fractions) and operator structure."""
+    """One variant's portable expectations: true on every machine of the device kind.
 
-    latency: LatencyBaseline
-    shares: Mapping[str, float]
+    Operator structure, packed operators and executed SME2 kernels follow from the program and
+    the kernels XNNPACK picks for the device's ISA; instruction counts under emulation are exact.
+    """
+
     operators: Mapping[str, float]  # operator kind → occurrences per run
     packed_operators: tuple[str, ...]
     #: per-inference guest instructions and executed SME2 kernels, where the device shows them
     instructions: int | None = None
     sme2_kernels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VariantTimes:
+    """One variant's machine-bound expectations: E2E latency and the category shares of time."""
+
+    latency: LatencyBaseline
+    shares: Mapping[str, float]
 
 
 @dataclass(frozen=True)
@@ -91,23 +109,46 @@ class SpeedupBaseline:
 
 
 @dataclass(frozen=True)
+class TimeRecord:
+    """What one machine class measured: time is only comparable within a class.
+
+    A CPU with other kernels (AVX-512 vs AVX2), more cores, another chip or another torch /
+    executorch version moves latency *and* shares (toy_cnn fp16's Convolution share is 80.7 % on an
+    AMD EPYC and 52.2 % on an Intel Xeon). ``notes`` are what else the machine said when these times
+    were recorded (kernel release, Python patch version, runner build): shown when they change,
+    never a reason to stop judging.
+    """
+
+    machine_class: Mapping[str, str]
+    notes: Mapping[str, str]
+    variants: Mapping[str, VariantTimes]
+    speedup: SpeedupBaseline | None = None
+
+    @property
+    def reference_median_ms(self) -> float | None:
+        """The reference workload's median latency when these times were recorded (the machine's
+        speed then), or None where no reference was timed."""
+        samples = [s for v in self.variants.values() for s in v.latency.reference_samples_ms]
+        return statistics.median(samples) if samples else None
+
+
+@dataclass(frozen=True)
 class Baseline:
+    """One case's stored expectations: the portable part, and a time record per machine class."""
+
     model: str
     dtype: str
     device: str
     threads: int
-    fingerprint: Mapping[str, str]
     variants: Mapping[str, VariantBaseline]
-    speedup: SpeedupBaseline | None
-    tolerances: Tolerances = field(default_factory=Tolerances)
     instruction_ratio: float | None = None
+    #: machine class id (``DeviceInfo.class_id``) → what that class measured
+    machines: Mapping[str, TimeRecord] = field(default_factory=dict)
+    tolerances: Tolerances = field(default_factory=Tolerances)
 
-    @property
-    def reference_median_ms(self) -> float | None:
-        """The reference workload's median latency when this baseline was measured (the
-        machine's speed then), or None where the device's time is not meaningful."""
-        samples = [s for v in self.variants.values() for s in v.latency.reference_samples_ms]
-        return statistics.median(samples) if samples else None
+    def record_for(self, device: DeviceInfo) -> TimeRecord | None:
+        """The time record of ``device``'s machine class, None when that class has none."""
+        return self.machines.get(device.class_id)
 
 
 def baseline_path(directory: Path, device: str, model: str, dtype: str, threads: int) -> Path:
@@ -129,11 +170,9 @@ def latency_baseline(samples: Sequence[float], reference: Sequence[float]) -> La
     )
 
 
-def _variant_baseline(vm: VariantMeasurement, reference_ms: Sequence[float]) -> VariantBaseline:
+def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
     prof = vm.profile
     return VariantBaseline(
-        latency=latency_baseline(vm.latencies_ms, reference_ms),
-        shares={c: stable(s) for c, s in prof.shares.items()},
         operators={op.name: stable(op.count / prof.runs) for op in prof.operators},
         packed_operators=prof.packed_operators,
         instructions=vm.evidence.instructions if vm.evidence else None,
@@ -141,23 +180,38 @@ def _variant_baseline(vm: VariantMeasurement, reference_ms: Sequence[float]) -> 
     )
 
 
-def from_measurement(m: Measurement, tolerances: Tolerances) -> Baseline:
-    """The baseline a measurement would store."""
+def _time_record(m: Measurement) -> TimeRecord:
     comparison = m.comparison
     speedup = None
-    if comparison is not None and m.device.time_meaningful:
+    if comparison is not None:
         s = comparison.speedup
         speedup = SpeedupBaseline(stable(s.value), stable(s.low), stable(s.high))
+    return TimeRecord(
+        machine_class=dict(m.device.machine_class),
+        notes=m.device.notes,
+        variants={
+            str(v): VariantTimes(
+                latency=latency_baseline(vm.latencies_ms, m.reference_ms),
+                shares={c: stable(s) for c, s in vm.profile.shares.items()},
+            )
+            for v, vm in m.variants.items()
+        },
+        speedup=speedup,
+    )
+
+
+def from_measurement(m: Measurement, tolerances: Tolerances) -> Baseline:
+    """The baseline a measurement would store: its portable part, and a time record for its
+    machine class where the device's time means something."""
     return Baseline(
         model=m.model,
         dtype=m.dtype,
         device=m.device.name,
         threads=m.threads,
-        fingerprint=dict(m.device.fingerprint),
-        variants={str(v): _variant_baseline(vm, m.reference_ms) for v, vm in m.variants.items()},
-        speedup=speedup,
-        tolerances=tolerances,
+        variants={str(v): _variant_baseline(vm) for v, vm in m.variants.items()},
         instruction_ratio=stable(m.instruction_ratio) if m.instruction_ratio else None,
+        machines={m.device.class_id: _time_record(m)} if m.device.time_meaningful else {},
+        tolerances=tolerances,
     )
 
 
@@ -193,40 +247,55 @@ def load(path: Path) -> Baseline | None:
                 f"{path}: baseline schema {version}, this pytest-sme2 reads {SCHEMA_VERSION}; "
                 "regenerate it with --sme2-update-baselines"
             )
-        variants = {}
-        for name, v in _require(doc, "variants", path).items():
-            lat = _require(v, "latency", path)
-            variants[name] = VariantBaseline(
-                latency=LatencyBaseline(
-                    **{
-                        **lat,
-                        "samples_ms": tuple(lat["samples_ms"]),
-                        "reference_samples_ms": tuple(lat.get("reference_samples_ms", ())),
-                    }
-                ),
-                shares=dict(_require(v, "shares", path)),
-                operators=dict(_require(v, "operators", path)),
-                packed_operators=tuple(_require(v, "packed_operators", path)),
-                instructions=v.get("instructions"),
-                sme2_kernels=tuple(v.get("sme2_kernels", ())),
-            )
-        speedup = doc.get("speedup")
         return Baseline(
             model=_require(doc, "model", path),
             dtype=_require(doc, "dtype", path),
             device=_require(doc, "device", path),
             threads=int(_require(doc, "threads", path)),
-            fingerprint=dict(_require(doc, "fingerprint", path)),
-            variants=variants,
-            speedup=SpeedupBaseline(**speedup) if speedup else None,
-            tolerances=Tolerances(**_require(doc, "tolerances", path)),
+            variants={
+                name: VariantBaseline(
+                    operators=dict(_require(v, "operators", path)),
+                    packed_operators=tuple(_require(v, "packed_operators", path)),
+                    instructions=v.get("instructions"),
+                    sme2_kernels=tuple(v.get("sme2_kernels", ())),
+                )
+                for name, v in _require(doc, "variants", path).items()
+            },
             instruction_ratio=doc.get("instruction_ratio"),
+            machines={
+                class_id: _load_record(record, path)
+                for class_id, record in _require(doc, "machines", path).items()
+            },
+            tolerances=Tolerances(**_require(doc, "tolerances", path)),
         )
     except (TypeError, AttributeError, KeyError, ValueError) as err:
         raise ConfigError(
             f"{path}: baseline does not have the expected shape ({err}); "
             "regenerate it with --sme2-update-baselines"
         ) from None
+
+
+def _load_record(doc: Mapping[str, Any], path: Path) -> TimeRecord:
+    variants = {}
+    for name, v in _require(doc, "variants", path).items():
+        lat = _require(v, "latency", path)
+        variants[name] = VariantTimes(
+            latency=LatencyBaseline(
+                **{
+                    **lat,
+                    "samples_ms": tuple(lat["samples_ms"]),
+                    "reference_samples_ms": tuple(lat.get("reference_samples_ms", ())),
+                }
+            ),
+            shares=dict(_require(v, "shares", path)),
+        )
+    speedup = doc.get("speedup")
+    return TimeRecord(
+        machine_class=dict(_require(doc, "machine_class", path)),
+        notes=dict(doc.get("notes", {})),
+        variants=variants,
+        speedup=SpeedupBaseline(**speedup) if speedup else None,
+    )
 
 
 def save(path: Path, b: Baseline) -> None:
@@ -237,25 +306,65 @@ def save(path: Path, b: Baseline) -> None:
 def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baseline, tuple[str, ...]]:
     """``new``, keeping every value still within tolerance ``tol`` of ``old``; and the changes.
 
-    Structure (operator counts, packed operators, SME2 kernels) and the fingerprint are compared
-    exactly; shares by ``share_points``; latency and speedup as the gates judge them (their 95 %
-    interval wholly beyond ``latency_percent`` / ``speedup_percent``). Returns the baseline to
-    store and one line per change.
+    Structure (operator counts, packed operators, SME2 kernels) is compared exactly; shares by
+    ``share_points``; latency and speedup as the gates judge them (their 95 % interval wholly
+    beyond ``latency_percent`` / ``speedup_percent``). Only the time record of ``new``'s machine
+    class is touched: every other class's record is kept as it was, to the byte. Returns the
+    baseline to store and one line per change.
     """
     if old is None:
         return new, ("new baseline",)
     changes: list[str] = []
-    if dict(old.fingerprint) != dict(new.fingerprint):
-        moved = sorted(
-            k
-            for k in {*old.fingerprint, *new.fingerprint}
-            if old.fingerprint.get(k) != new.fingerprint.get(k)
-        )
-        changes += [
-            f"fingerprint {k}: {old.fingerprint.get(k)!r} → {new.fingerprint.get(k)!r}"
-            for k in moved
-        ]
     variants: dict[str, VariantBaseline] = {}
+    for name, nv in new.variants.items():
+        ov = old.variants.get(name)
+        if ov is None:
+            changes.append(f"{name}: new variant")
+            variants[name] = nv
+            continue
+        if dict(ov.operators) != dict(nv.operators):
+            changes += [f"{name} {line}" for line in operator_diff(ov.operators, nv.operators)]
+        if ov.packed_operators != nv.packed_operators:
+            changes.append(
+                f"{name} packed operators {list(ov.packed_operators)} → {list(nv.packed_operators)}"
+            )
+        if ov.sme2_kernels != nv.sme2_kernels:
+            changes.append(f"{name} SME2 kernels {list(ov.sme2_kernels)} → {list(nv.sme2_kernels)}")
+        instructions = ov.instructions
+        if _moved(ov.instructions, nv.instructions, tol.latency_percent):
+            changes.append(f"{name} instructions/inference {ov.instructions} → {nv.instructions}")
+            instructions = nv.instructions
+        variants[name] = replace(nv, instructions=instructions)
+    changes += [
+        f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
+    ]
+    instruction_ratio = old.instruction_ratio
+    if _moved(old.instruction_ratio, new.instruction_ratio, tol.speedup_percent):
+        changes.append(f"instruction ratio {old.instruction_ratio}× → {new.instruction_ratio}×")
+        instruction_ratio = new.instruction_ratio
+    machines = dict(old.machines)
+    for class_id, record in new.machines.items():
+        machines[class_id], record_changes = _merge_record(old.machines.get(class_id), record, tol)
+        changes += [f"[{class_id}] {line}" for line in record_changes]
+    merged = replace(
+        new,
+        variants=variants,
+        instruction_ratio=instruction_ratio,
+        machines=machines,
+        tolerances=tol,
+    )
+    return merged, tuple(changes)
+
+
+def _merge_record(
+    old: TimeRecord | None, new: TimeRecord, tol: Tolerances
+) -> tuple[TimeRecord, list[str]]:
+    """One machine class's record, updated where a time moved beyond tolerance; the notes follow
+    the times (they say what the machine was when the kept times were taken)."""
+    if old is None:
+        return new, [f"new time record: {describe_class(new.machine_class)}"]
+    changes: list[str] = []
+    variants: dict[str, VariantTimes] = {}
     for name, nv in new.variants.items():
         ov = old.variants.get(name)
         if ov is None:
@@ -275,22 +384,7 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
                     f"{name} {cat} share {100 * ov.shares.get(cat, 0.0):.1f}% → {100 * share:.1f}%"
                 )
                 shares[cat] = share
-        if dict(ov.operators) != dict(nv.operators):
-            changes += [f"{name} {line}" for line in operator_diff(ov.operators, nv.operators)]
-        if ov.packed_operators != nv.packed_operators:
-            changes.append(
-                f"{name} packed operators {list(ov.packed_operators)} → {list(nv.packed_operators)}"
-            )
-        if ov.sme2_kernels != nv.sme2_kernels:
-            changes.append(f"{name} SME2 kernels {list(ov.sme2_kernels)} → {list(nv.sme2_kernels)}")
-        instructions = ov.instructions
-        if _moved(ov.instructions, nv.instructions, tol.latency_percent):
-            changes.append(f"{name} instructions/inference {ov.instructions} → {nv.instructions}")
-            instructions = nv.instructions
-        variants[name] = replace(nv, latency=latency, shares=shares, instructions=instructions)
-    changes += [
-        f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
-    ]
+        variants[name] = VariantTimes(latency=latency, shares=shares)
     speedup = old.speedup
     if new.speedup is None or old.speedup is None:
         if new.speedup != old.speedup:
@@ -304,18 +398,20 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
     ):  # the new interval lies wholly beyond tolerance of the stored value: it moved
         changes.append(f"speedup {old.speedup.value}× → {new.speedup.value}×")
         speedup = new.speedup
-    instruction_ratio = old.instruction_ratio
-    if _moved(old.instruction_ratio, new.instruction_ratio, tol.speedup_percent):
-        changes.append(f"instruction ratio {old.instruction_ratio}× → {new.instruction_ratio}×")
-        instruction_ratio = new.instruction_ratio
-    merged = replace(
-        new,
-        variants=variants,
-        speedup=speedup,
-        tolerances=tol,
-        instruction_ratio=instruction_ratio,
-    )
-    return merged, tuple(changes)
+    notes = old.notes
+    if changes:
+        changes += [f"note {line}" for line in notes_diff(old.notes, new.notes)]
+        notes = new.notes
+    return replace(new, notes=notes, variants=variants, speedup=speedup), changes
+
+
+def notes_diff(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """``key: 'old' → 'new'`` for every note that differs."""
+    return [
+        f"{k}: {old.get(k)!r} → {new.get(k)!r}"
+        for k in sorted({*old, *new})
+        if old.get(k) != new.get(k)
+    ]
 
 
 def _clearly_moved(ratios: tuple[Ratio, Ratio | None], percent: float) -> bool:

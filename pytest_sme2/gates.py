@@ -6,7 +6,9 @@ Rules, as the user's CI relies on them:
 * category shares stay within an absolute tolerance of the baseline (default 5 points), and
   within the limits the test's ``sme2`` marker sets;
 * SME2 speedup is at least the floor and not worse than the baseline beyond tolerance;
-* absolute latency is compared only when the device fingerprint matches the baseline's;
+* time (latency, shares, speedup against the baseline) is judged only against the time record of
+  the measuring machine's class; with none, those gates are "not judged" and the portable ones
+  (structure, packed operators, kernels, parity, instruction counts) still are;
 * a latency or speedup gate fails only on clear evidence: the bootstrap 95 % interval of the ratio
   lies entirely beyond the tolerance. Noise alone must not fail CI.
 
@@ -19,9 +21,16 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_sme2.baseline import Baseline, Tolerances, latency_baseline, operator_diff
+from pytest_sme2.baseline import (
+    Baseline,
+    TimeRecord,
+    Tolerances,
+    latency_baseline,
+    notes_diff,
+    operator_diff,
+)
 from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.devices.base import Variant
+from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import Measurement
 from pytest_sme2.ops import parse_op_name
@@ -82,18 +91,43 @@ def judge(
     tolerances: Tolerances,
 ) -> tuple[Verdict, ...]:
     """Every gate's verdict for ``m``; with no baseline, only the baseline-free gates are judged."""
+    record = baseline.record_for(m.device) if baseline is not None else None
     verdicts: list[Verdict] = []
     verdicts += _share_limits(m, expectations)
     verdicts += _op_counts(m, expectations)
     verdicts += _sme2_kernels(m, expectations)
-    verdicts += _speedup(m, baseline, expectations, tolerances)
+    verdicts += _speedup(m, record, expectations, tolerances)
     verdicts += _instruction_ratio(m, baseline, expectations, tolerances)
     verdicts += _parity(m)
     if baseline is not None:
         verdicts += _structure(m, baseline)
-        verdicts += _shares(m, baseline, tolerances)
-        verdicts += _latency(m, baseline, tolerances)
+        if not m.device.time_meaningful:
+            verdicts += _time_meaningless(m, "shares")
+            verdicts += _time_meaningless(m, "latency")
+        elif record is None:
+            verdicts += _no_time_record(m)
+        else:
+            verdicts += _shares(m, record, tolerances)
+            verdicts += _latency(m, record, tolerances)
     return tuple(verdicts)
+
+
+#: The gate that says a case's time gates were not judged: this machine class has no record.
+NO_TIME_RECORD = "time-record"
+
+
+def _no_time_record(m: Measurement) -> list[Verdict]:
+    """Time belongs to a machine class: with no record for this one, latency, shares and speedup
+    against the baseline are not judged (the portable gates still are)."""
+    return [
+        Verdict(
+            NO_TIME_RECORD,
+            Status.SKIP,
+            f"time gates not judged for {_case(m)}: the baseline has no time record for this "
+            f"machine class ({m.device.class_id}: {describe_class(m.device.machine_class)}); "
+            "record it with --sme2-update-baselines",
+        )
+    ]
 
 
 def _headline_variant(m: Measurement) -> Variant:
@@ -106,6 +140,8 @@ def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
     if m.device.time_meaningful:
         return []
     reason = m.device.limits.get("latency", f"{m.device.name}'s time is not meaningful")
+    if gate == "latency":
+        return [Verdict(gate, Status.SKIP, reason)]
     return [Verdict(gate, Status.SKIP, f"category shares not judged: {reason}")]
 
 
@@ -292,11 +328,11 @@ def _instruction_ratio(
 
 
 def _speedup(
-    m: Measurement, baseline: Baseline | None, exp: Expectations, tol: Tolerances
+    m: Measurement, record: TimeRecord | None, exp: Expectations, tol: Tolerances
 ) -> list[Verdict]:
     comparison = m.comparison
     if comparison is None or not m.device.time_meaningful:
-        if exp.speedup_floor is None and (baseline is None or baseline.speedup is None):
+        if exp.speedup_floor is None and (record is None or record.speedup is None):
             return []
         reason = m.device.limits.get("speedup", f"{m.device.name} cannot measure an SME2 speedup")
         return [Verdict("speedup", Status.SKIP, reason)]
@@ -320,15 +356,15 @@ def _speedup(
                     f"SME2 speedup {s.describe()} ≥ floor {exp.speedup_floor:g}×",
                 )
             )
-    if baseline is not None and baseline.speedup is not None:
-        limit = baseline.speedup.value * (1 - tol.speedup_percent / 100)
+    if record is not None and record.speedup is not None:
+        limit = record.speedup.value * (1 - tol.speedup_percent / 100)
         if s.high < limit:
             verdicts.append(
                 Verdict(
                     "speedup-baseline",
                     Status.FAIL,
                     f"SME2 speedup {s.describe()} fell below the baseline "
-                    f"{baseline.speedup.value:g}× "
+                    f"{record.speedup.value:g}× "
                     f"beyond the {tol.speedup_percent:g}% tolerance for {_case(m)}",
                 )
             )
@@ -337,7 +373,7 @@ def _speedup(
                 Verdict(
                     "speedup-baseline",
                     Status.PASS,
-                    f"SME2 speedup {s.value:.2f}× vs baseline {baseline.speedup.value:g}×",
+                    f"SME2 speedup {s.value:.2f}× vs baseline {record.speedup.value:g}×",
                 )
             )
     return verdicts
@@ -387,12 +423,10 @@ def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
     return verdicts
 
 
-def _shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
-    if skipped := _time_meaningless(m, "shares"):
-        return skipped
+def _shares(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
     verdicts = []
     for variant, vm in m.variants.items():
-        stored = baseline.variants.get(str(variant))
+        stored = record.variants.get(str(variant))
         if stored is None:
             continue
         shares = vm.profile.shares
@@ -420,31 +454,12 @@ def _shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict
     return verdicts
 
 
-def _fingerprint_mismatch(m: Measurement, baseline: Baseline) -> list[str]:
-    return [
-        f"{k}: {baseline.fingerprint.get(k)!r} → {m.device.fingerprint.get(k)!r}"
-        for k in sorted({*baseline.fingerprint, *m.device.fingerprint})
-        if k != "runner" and baseline.fingerprint.get(k) != m.device.fingerprint.get(k)
-    ]
-
-
-def _latency(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
-    if not m.device.time_meaningful:
-        reason = m.device.limits.get("latency", f"{m.device.name}'s time is not meaningful")
-        return [Verdict("latency", Status.SKIP, reason)]
-    mismatch = _fingerprint_mismatch(m, baseline)
-    if mismatch:
-        return [
-            Verdict(
-                "latency",
-                Status.SKIP,
-                "latency not compared: device fingerprint differs from the baseline's "
-                f"({'; '.join(mismatch)})",
-            )
-        ]
+def _latency(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
+    # Same machine class, so judged; what else changed since the record is said alongside.
+    noted = tuple(f"since recorded: {line}" for line in notes_diff(record.notes, m.device.notes))
     verdicts = []
     for variant, vm in m.variants.items():
-        stored = baseline.variants.get(str(variant))
+        stored = record.variants.get(str(variant))
         if stored is None:
             continue
         now = latency_baseline(vm.latencies_ms, m.reference_ms)
@@ -463,12 +478,16 @@ def _latency(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdic
                     f"(median {now.median_ms:g} ms vs baseline {stored.latency.median_ms:g} ms, "
                     f"ratio {raw.describe()}{against}), beyond the {tol.latency_percent:g}% "
                     "tolerance",
+                    noted,
                 )
             )
         else:
             verdicts.append(
                 Verdict(
-                    gate, Status.PASS, f"E2E latency ratio {raw.describe()}{against} vs baseline"
+                    gate,
+                    Status.PASS,
+                    f"E2E latency ratio {raw.describe()}{against} vs baseline",
+                    noted,
                 )
             )
     return verdicts

@@ -342,9 +342,11 @@ def sme2_judge(
 
     def remeasure(baseline: Baseline | None) -> tuple[Measurement, str]:
         """A fresh measurement, after the machine settled where that can be told."""
-        stored_ms = baseline.reference_median_ms if baseline is not None else None
+        info = sme2_device.info()
+        record = baseline.record_for(info) if baseline is not None else None
+        stored_ms = record.reference_median_ms if record is not None else None
         expected = sme2_machine_speed.undisturbed_ms(stored_ms)
-        if expected is None or not sme2_device.info().time_meaningful:
+        if expected is None or not info.time_meaningful:
             return sme2_measure("confirm"), "in a fresh measurement"
         settling = settle(
             sme2_device,

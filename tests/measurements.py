@@ -35,9 +35,11 @@ def make_trace(ops: Sequence[tuple[str, float]], runs: int = 3) -> Trace:
     return Trace(path=None, runs=tuple(built), setup_events=())
 
 
+HOST_CLASS = {"cpu": "Test CPU", "cores": "2", "isa": "avx2 fma", "executorch": "1.5.1"}
 HOST = DeviceInfo(
     name="host",
-    fingerprint={"cpu": "Test CPU", "cores": "2", "executorch": "1.5.1"},
+    fingerprint={**HOST_CLASS, "os": "Linux 6.1.1", "python": "3.11.7"},
+    machine_class=HOST_CLASS,
     has_sme2=False,
     variants=(Variant.OFF,),
     time_meaningful=True,
@@ -46,7 +48,8 @@ HOST = DeviceInfo(
 
 SME2_DEVICE = DeviceInfo(
     name="phone",
-    fingerprint={"cpu": "SME2 CPU", "cores": "8", "executorch": "1.5.1"},
+    fingerprint={"cpu": "SME2 CPU", "cores": "8", "executorch": "1.5.1", "android": "16"},
+    machine_class={"cpu": "SME2 CPU", "cores": "8", "executorch": "1.5.1"},
     has_sme2=True,
     variants=(Variant.ON, Variant.OFF),
     time_meaningful=True,
@@ -55,6 +58,7 @@ SME2_DEVICE = DeviceInfo(
 EMULATOR = DeviceInfo(
     name="emulator",
     fingerprint={"qemu": "11.1.3", "executorch": "1.5.1"},
+    machine_class={"qemu": "11.1.3", "executorch": "1.5.1"},
     has_sme2=True,
     variants=(Variant.ON, Variant.OFF),
     time_meaningful=False,

@@ -10,7 +10,7 @@ import pytest
 from pytest_sme2 import baseline as store
 from pytest_sme2.baseline import Tolerances, from_measurement, merge
 from pytest_sme2.errors import ConfigError
-from tests.measurements import SME2_DEVICE, measurement
+from tests.measurements import HOST, SME2_DEVICE, measurement
 
 TOL = Tolerances()
 
@@ -24,7 +24,8 @@ def test_round_trip_and_stable_text(tmp_path):
     assert text == store.to_json(store.load(path))  # byte-stable
     doc = json.loads(text)
     assert list(doc) == sorted(doc)
-    assert doc["speedup"]["value"] == 2.5
+    assert doc["machines"][SME2_DEVICE.class_id]["speedup"]["value"] == 2.5
+    assert doc["machines"][SME2_DEVICE.class_id]["notes"] == {"android": "16"}
     assert doc["variants"]["sme2-on"]["packed_operators"] == [
         "Convolution (NHWC, PF32) IGEMM",
         "Fully Connected (NC, PF32) GEMM",
@@ -35,9 +36,11 @@ def test_reference_median_is_the_machine_speed_at_baseline_time():
     from dataclasses import replace
 
     m = measurement(SME2_DEVICE)
-    assert from_measurement(m, TOL).reference_median_ms is None  # no reference timed
+    record = from_measurement(m, TOL).record_for(SME2_DEVICE)
+    assert record is not None and record.reference_median_ms is None  # no reference timed
     timed = replace(m, reference_ms=(0.14, 0.13, 0.2, 0.15))
-    assert from_measurement(timed, TOL).reference_median_ms == pytest.approx(0.145)
+    record = from_measurement(timed, TOL).record_for(SME2_DEVICE)
+    assert record is not None and record.reference_median_ms == pytest.approx(0.145)
 
 
 def test_floats_are_rounded_to_four_significant_digits():
@@ -51,8 +54,8 @@ def test_missing_file_is_none_and_bad_files_are_named(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON"):
         store.load(bad)
-    bad.write_text(json.dumps({"schema_version": 1, "model": "x"}))
-    with pytest.raises(ConfigError, match=r"bad\.json: baseline has no 'variants'"):
+    bad.write_text(json.dumps({"schema_version": 2, "model": "x"}))
+    with pytest.raises(ConfigError, match=r"bad\.json: baseline has no 'dtype'"):
         store.load(bad)
     bad.write_text(json.dumps({"schema_version": 99}))
     with pytest.raises(ConfigError, match="schema 99"):
@@ -71,10 +74,12 @@ def test_merge_keeps_values_within_tolerance_and_reports_changes():
         measurement(SME2_DEVICE, off_latencies=(15.0, 15.1, 14.9, 15.0, 15.0, 15.0)), TOL
     )
     merged, changes = merge(old, slower, TOL)
-    assert "sme2-off median latency 10.0 → 15.0 ms" in changes
-    assert any(c.startswith("speedup 2.5× → 3.75×") for c in changes)
-    assert merged.variants["sme2-off"].latency.median_ms == 15.0
-    assert merged.variants["sme2-on"].latency == old.variants["sme2-on"].latency
+    tag = f"[{SME2_DEVICE.class_id}] "
+    assert f"{tag}sme2-off median latency 10.0 → 15.0 ms" in changes
+    assert any(c.startswith(f"{tag}speedup 2.5× → 3.75×") for c in changes)
+    record, old_record = merged.machines[SME2_DEVICE.class_id], old.machines[SME2_DEVICE.class_id]
+    assert record.variants["sme2-off"].latency.median_ms == 15.0
+    assert record.variants["sme2-on"].latency == old_record.variants["sme2-on"].latency
 
 
 def test_new_baseline_is_reported_as_such():
@@ -100,3 +105,44 @@ def test_evidence_round_trips_and_kernel_changes_are_reported(tmp_path):
     )
     _, changes = merge(b, from_measurement(other, TOL), TOL)
     assert changes == (f"sme2-on SME2 kernels {list(ON_EVIDENCE.sme2_kernels)} → ['k_sme2']",)
+
+
+def test_another_machine_class_adds_its_record_and_leaves_the_others_byte_identical(tmp_path):
+    from dataclasses import replace
+
+    recorded = from_measurement(measurement(HOST), TOL)
+    path = tmp_path / "host" / "toy-fp32.json"
+    store.save(path, recorded)
+    before = json.loads(path.read_text())["machines"][HOST.class_id]
+    other = replace(HOST, machine_class={**HOST.machine_class, "cpu": "Other CPU"})
+    slower = replace(measurement(HOST, off_latencies=(20.0, 20.1, 19.9, 20.0)), device=other)
+    merged, changes = merge(store.load(path), from_measurement(slower, TOL), TOL)
+    assert changes == (
+        f"[{other.class_id}] new time record: cores: 2, cpu: Other CPU, executorch: 1.5.1, "
+        "isa: avx2 fma",
+    )
+    store.save(path, merged)
+    doc = json.loads(path.read_text())
+    assert doc["machines"][HOST.class_id] == before
+    assert set(doc["machines"]) == {HOST.class_id, other.class_id}
+    assert HOST.class_id.startswith("test-cpu-2c-") and other.class_id.startswith("other-cpu-2c-")
+
+
+def test_notes_follow_the_times_they_describe():
+    from dataclasses import replace
+
+    old = from_measurement(measurement(HOST), TOL)
+    patched = replace(HOST, fingerprint={**HOST.fingerprint, "os": "Linux 6.1.2"})
+    same = from_measurement(replace(measurement(HOST), device=patched), TOL)
+    merged, changes = merge(old, same, TOL)  # a kernel patch alone rewrites nothing
+    assert changes == () and merged == old
+    slower = replace(measurement(HOST, off_latencies=(15.0, 15.1, 14.9, 15.0)), device=patched)
+    merged, changes = merge(old, from_measurement(slower, TOL), TOL)
+    assert f"[{HOST.class_id}] note os: 'Linux 6.1.1' → 'Linux 6.1.2'" in changes
+    assert merged.machines[HOST.class_id].notes["os"] == "Linux 6.1.2"
+
+
+def test_emulated_time_keeps_no_time_record():
+    from tests.measurements import EMULATOR
+
+    assert from_measurement(measurement(EMULATOR), TOL).machines == {}

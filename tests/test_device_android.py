@@ -191,6 +191,9 @@ def test_measure_runs_end_to_end_through_adb(
     assert info.variants == (Variant.OFF,) and not info.has_sme2
     assert "Pixel 7" in info.limits["sme2"] and "no SME2" in info.limits["speedup"]
     assert info.fingerprint["model"] == "Pixel 7" and info.fingerprint["cores"] == "8"
+    # another phone of the same model is the same machine class: serial and Android are notes
+    assert info.machine_class["model"] == "Pixel 7" and info.machine_class["cpu_mask"] == "1"
+    assert {"serial", "android"} <= set(info.notes) and "serial" not in info.machine_class
     pushed = root / "data/local/tmp/pytest-sme2/sme2-off"
     assert (pushed / "sme2_runner").stat().st_mode & 0o755 == 0o755
     assert (pushed / "libexecutorch_backend_xnnpack.so").is_file()

@@ -127,5 +127,7 @@ def test_a_runner_pair_needs_no_shim(as_a_mac: pytest.MonkeyPatch, tmp_path: Pat
     info = device.info()
     assert info.has_sme2 and info.variants == (Variant.ON, Variant.OFF)
     assert info.fingerprint["chip"] == "Apple M4" and info.fingerprint["sme2_off"] == "runner pair"
+    assert info.machine_class["chip"] == "Apple M4" and info.machine_class["FEAT_SME2"] == "1"
+    assert "macos" in info.notes and info.class_id.startswith("apple-m4-")
     with pytest.raises(ConfigError, match=r"--sme2-runner-off=.*no such file"):
         MacDevice(runner_on=runner, runner_off=tmp_path / "missing").prepare()

@@ -127,13 +127,31 @@ def test_clear_latency_rise_fails_but_noise_does_not():
     )
 
 
-def test_latency_is_skipped_when_the_fingerprint_differs():
+def test_another_machine_class_has_its_time_gates_not_judged_but_its_structure_judged():
     base = from_measurement(measurement(HOST), TOL)
-    other = replace(HOST, fingerprint={**HOST.fingerprint, "cpu": "Other CPU"})
-    m = replace(measurement(HOST), device=other)
-    v = by_gate(judge(m, base, Expectations(), TOL))["latency"]
+    other = replace(HOST, machine_class={**HOST.machine_class, "isa": "avx512f"})
+    slow = measurement(HOST, off_latencies=(30.0, 30.1, 29.9, 30.0), off_ops=OFF_OPS[:2])
+    verdicts = by_gate(judge(replace(slow, device=other), base, Expectations(), TOL))
+    v = verdicts["time-record"]
     assert v.status is Status.SKIP
-    assert "cpu: 'Test CPU' → 'Other CPU'" in v.message
+    assert v.message == (
+        f"time gates not judged for toy[fp32] on host: the baseline has no time record for this "
+        f"machine class ({other.class_id}: cores: 2, cpu: Test CPU, executorch: 1.5.1, "
+        "isa: avx512f); record it with --sme2-update-baselines"
+    )
+    assert not any(g.startswith(("latency", "shares")) for g in verdicts)
+    assert verdicts["structure[sme2-off]"].status is Status.FAIL  # portable: judged everywhere
+    strict = failure_report((v,), strict=True)
+    assert strict is not None and other.class_id in strict
+
+
+def test_a_kernel_patch_release_is_a_note_not_another_machine():
+    base = from_measurement(measurement(HOST), TOL)
+    patched = replace(HOST, fingerprint={**HOST.fingerprint, "os": "Linux 6.1.9"})
+    slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
+    v = by_gate(judge(replace(slow, device=patched), base, Expectations(), TOL))
+    assert v["latency[sme2-off]"].status is Status.FAIL
+    assert v["latency[sme2-off]"].details == ("since recorded: os: 'Linux 6.1.1' → 'Linux 6.1.9'",)
 
 
 def test_bad_marker_values_are_config_errors():
@@ -193,7 +211,7 @@ def test_instruction_ratio_floor_and_baseline_on_an_emulator():
     )
     base = from_measurement(m, TOL)
     assert base.instruction_ratio == 2.5
-    assert base.speedup is None  # emulated time gives no speedup to store
+    assert base.machines == {}  # emulated time gives no time record to store
     worse = measurement(
         EMULATOR, on_evidence=replace(ON_EVIDENCE, instructions=150_000), off_evidence=OFF_EVIDENCE
     )
@@ -217,7 +235,7 @@ def test_outputs_that_differ_on_vs_off_fail_parity_with_the_numbers():
 def test_a_slower_machine_is_not_a_regression_but_a_slower_model_is():
     ref = (2.0, 2.02, 1.98, 2.01, 1.99, 2.0)
     base = from_measurement(replace(measurement(HOST), reference_ms=ref), TOL)
-    assert base.variants["sme2-off"].latency.reference_samples_ms == ref
+    assert base.machines[HOST.class_id].variants["sme2-off"].latency.reference_samples_ms == ref
     slow_off = (12.0, 12.1, 11.9, 12.05, 11.95, 12.0)
     slow_machine = replace(
         measurement(HOST, off_latencies=slow_off), reference_ms=tuple(1.2 * r for r in ref)

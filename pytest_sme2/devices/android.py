@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
-from pytest_sme2.devices.host import software_fingerprint
+from pytest_sme2.devices.host import isa_features, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
 from pytest_sme2.devices.provision import SHIM_SOURCE
 from pytest_sme2.errors import ConfigError, RunnerError
@@ -67,6 +67,8 @@ _PROPERTIES = {
     "ro.build.version.release": "android",
     "ro.product.cpu.abi": "abi",
 }
+#: The properties that make a phone's machine class (the Android version and ABI are notes).
+_CLASS_PROPERTIES = frozenset({"model", "soc", "soc_manufacturer"})
 _FACTS_COMMAND = (
     "for p in "
     + " ".join(_PROPERTIES)
@@ -533,12 +535,20 @@ class AndroidDevice(Device):
     def info(self) -> DeviceInfo:
         facts = self._prepared()
         variants = tuple(v for v in (Variant.ON, Variant.OFF) if v in self._bundles)
+        # Two phones of one model and SoC are one class; the serial and Android version are notes.
+        # The CPU mask is in it: the same phone pinned to another core type is another machine.
+        machine_class = {
+            **{k: v for k, v in facts.properties.items() if k in _CLASS_PROPERTIES},
+            "isa": isa_features(set(facts.features)),
+            "cores": str(facts.cores),
+            "cpu_mask": self.cpu_mask or "all",
+            **software_class(),
+        }
         fingerprint = {
             "serial": self.serial or "",
             **facts.properties,
             "cpu_features": " ".join(sorted(f for f in facts.features if "sme" in f)) or "no SME",
-            "cores": str(facts.cores),
-            "cpu_mask": self.cpu_mask or "all",
+            **machine_class,
             "runner_on": _identity(self.runner_on),
             "runner_off": _identity(self.runner_off) if self.runner_off else "hide_sme.so",
             **software_fingerprint(),
@@ -559,6 +569,7 @@ class AndroidDevice(Device):
         return DeviceInfo(
             name=self.name,
             fingerprint=fingerprint,
+            machine_class=machine_class,
             has_sme2=facts.has_sme2,
             variants=variants,
             time_meaningful=True,

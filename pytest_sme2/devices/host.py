@@ -26,6 +26,28 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: CPU features XNNPACK (through cpuinfo) picks kernels by, as /proc/cpuinfo names them: x86
+#: ``flags`` and Arm ``Features``. Two CPUs that differ in one of these run different kernels, so
+#: they are different machine classes; the other flags (mitigations, virtualisation) are not.
+XNNPACK_ISA_FEATURES = frozenset(
+    {
+        # x86-64
+        "sse4_1", "avx", "f16c", "fma", "avx2",
+        "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vbmi", "avx512_vnni",
+        "avx512_bf16", "avx512_fp16", "avx_vnni", "avx_vnni_int8",
+        "amx_tile", "amx_int8", "amx_bf16", "amx_fp16",
+        # Arm
+        "asimd", "fphp", "asimdhp", "asimddp", "i8mm", "bf16", "sve", "sve2",
+        "sme", "sme2", "sme2p1", "smef16f16",
+    }
+)  # fmt: skip
+
+
+def isa_features(flags: set[str]) -> str:
+    """The XNNPACK-relevant subset of ``flags``, sorted and space-separated ("" if none)."""
+    return " ".join(sorted(flags & XNNPACK_ISA_FEATURES))
+
+
 def _cpu_flags() -> set[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -45,13 +67,14 @@ def _version(dist: str) -> str:
 
 
 @cache
+def software_class() -> dict[str, str]:
+    """Versions that change what a model computes and how fast: part of every machine class."""
+    return {"executorch": _version("executorch"), "torch": _version("torch")}
+
+
 def software_fingerprint() -> dict[str, str]:
-    """Versions that change what a model computes and how fast: part of every fingerprint."""
-    return {
-        "executorch": _version("executorch"),
-        "torch": _version("torch"),
-        "python": platform.python_version(),
-    }
+    """:func:`software_class` plus the Python version (a note: it does not run the model)."""
+    return {**software_class(), "python": platform.python_version()}
 
 
 class HostDevice(Device):
@@ -71,11 +94,17 @@ class HostDevice(Device):
             self._binary = build_runner("host")
 
     def info(self) -> DeviceInfo:
-        has_sme2 = "sme2" in _cpu_flags()
-        fingerprint = {
+        flags = _cpu_flags()
+        has_sme2 = "sme2" in flags
+        machine_class = {
             "cpu": cpu_model(),
             "machine": platform.machine(),
             "cores": str(os.cpu_count()),
+            "isa": isa_features(flags),
+            **software_class(),
+        }
+        fingerprint = {
+            **machine_class,
             "os": f"{platform.system()} {platform.release()}",
             **software_fingerprint(),
             "runner": self._binary.parent.name if self._binary else "not built",
@@ -96,6 +125,7 @@ class HostDevice(Device):
             variants=variants,
             time_meaningful=True,
             limits=limits,
+            machine_class=machine_class,
         )
 
     def run(

@@ -22,7 +22,7 @@ from pathlib import Path
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.devices.android import add_runner_options
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
-from pytest_sme2.devices.host import software_fingerprint
+from pytest_sme2.devices.host import software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner.build import build_runner
@@ -56,6 +56,11 @@ int main(void) {
 }
 """
 DYLD_INSERT = "DYLD_INSERT_LIBRARIES"
+#: The fingerprint names that make a Mac's machine class: the chip, the model and its cores, and
+#: SME. The macOS version is a note.
+MAC_CLASS_KEYS = frozenset(
+    {"chip", "model", "performance_cores", "efficiency_cores", "cores", "FEAT_SME", "FEAT_SME2"}
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,10 @@ class MacDevice(Device):
 
     def info(self) -> DeviceInfo:
         facts = self._prepared()
+        machine_class = {
+            **{k: v for k, v in facts.values.items() if k in MAC_CLASS_KEYS},
+            **software_class(),
+        }
         fingerprint = {
             **facts.values,
             "runner_on": self._runners.get(Variant.ON, Path()).name,
@@ -169,6 +178,7 @@ class MacDevice(Device):
         return DeviceInfo(
             name=self.name,
             fingerprint=fingerprint,
+            machine_class=machine_class,
             has_sme2=facts.has_sme2,
             variants=tuple(v for v in (Variant.ON, Variant.OFF) if v in self._runners),
             time_meaningful=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
-from pytest_sme2.devices.host import cpu_model, software_fingerprint
+from pytest_sme2.devices.host import cpu_model, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence
 from pytest_sme2.devices.provision import (
     QemuToolchain,
@@ -110,18 +110,25 @@ class QemuSme2Device(Device):
     def info(self) -> DeviceInfo:
         toolchain, binary = self._prepared()
         length = self.sme_vector_length
-        fingerprint = {
+        # Emulated time is never judged, so this class keys no time record; it names what the
+        # portable evidence (instruction counts, kernels) depends on.
+        machine_class = {
             "cpu": f"qemu-aarch64 -cpu max (SME2), SVL {length * 8} bits",
             "qemu": toolchain.qemu_version,
             "sme_vector_length": str(length),
+            **software_class(),
+            "executorch_aarch64": executorch_version(toolchain.executorch_dir),
+        }
+        fingerprint = {
+            **machine_class,
             "host_cpu": cpu_model(),
             **software_fingerprint(),
-            "executorch_aarch64": executorch_version(toolchain.executorch_dir),
             "runner": binary.parent.name,
         }
         return DeviceInfo(
             name=self.name,
             fingerprint=fingerprint,
+            machine_class=machine_class,
             has_sme2=True,
             variants=(Variant.ON, Variant.OFF),
             time_meaningful=False,

@@ -373,6 +373,7 @@ def manifest(
         "device": {
             "name": m.device.name,
             "fingerprint": dict(m.device.fingerprint),
+            "machine_class": dict(m.device.machine_class),
             "has_sme2": m.device.has_sme2,
             "variants": [str(v) for v in m.device.variants],
             "time_meaningful": m.device.time_meaningful,

@@ -9,13 +9,13 @@ is recomputed here except sums and ratios of those values.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_sme2.analysis import DELEGATE_CALL, OTHER, Profile
 from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.gates import Status, Verdict
+from pytest_sme2.devices.base import Variant, describe_class
+from pytest_sme2.gates import NO_TIME_RECORD, Status, Verdict
 from pytest_sme2.measure import Measurement
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.stats import LatencyStats
@@ -162,7 +162,10 @@ def metadata_table(m: Measurement) -> Table:
                 f"{timing}{vm.profile.runs} traced (+{vm.profile.warmup} traced warm-up dropped)",
             )
         )
-    rows += [(f"fingerprint: {k}", v) for k, v in sorted(m.device.fingerprint.items())]
+    if m.device.machine_class:
+        rows.append(("machine class", m.device.class_id))
+    rows += [(f"class: {k}", v) for k, v in sorted(m.device.machine_class.items())]
+    rows += [(f"note: {k}", v) for k, v in sorted(m.device.notes.items())]
     return Table(("", "value"), tuple(rows))
 
 
@@ -528,5 +531,34 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
 
 
 def skipped_reasons(verdict_lists: Sequence[Sequence[Verdict]]) -> list[str]:
-    """Distinct reasons of skipped gates over a session, sorted."""
-    return sorted({v.message for vs in verdict_lists for v in vs if v.status is Status.SKIP})
+    """Distinct reasons of skipped gates over a session, sorted; a missing time record is
+    counted by :func:`untimed_summary` instead of being listed once per case."""
+    return sorted(
+        {
+            v.message
+            for vs in verdict_lists
+            for v in vs
+            if v.status is Status.SKIP and v.gate != NO_TIME_RECORD
+        }
+    )
+
+
+def untimed_class(m: Measurement, verdicts: Sequence[Verdict]) -> str | None:
+    """The machine class this test had no time record for (id and description), else None."""
+    if any(v.gate == NO_TIME_RECORD and v.status is Status.SKIP for v in verdicts):
+        return f"{m.device.class_id} ({describe_class(m.device.machine_class)})"
+    return None
+
+
+def untimed_summary(untimed: Mapping[str, int], total: int) -> list[str]:
+    """One sentence per machine class that lacked time records: how many cases, and what to run.
+
+    A new machine (another CPU, another torch) has no time record yet; its portable gates were
+    judged and its time gates were not, which a reader must see at a glance.
+    """
+    return [
+        f"no time record for this machine class in {count} of {total} cases: {name}; latency, "
+        "shares and speedup were not judged against the baseline (record them with "
+        "--sme2-update-baselines)"
+        for name, count in sorted(untimed.items())
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import os
 import warnings
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ class ReportPlugin:
         self.summary_rows: list[dict[str, str]] = []
         self.skipped: set[str] = set()
         self.baseline_changes: list[tuple[str, tuple[str, ...]]] = []  # (path, changes)
+        self.untimed: Counter[str] = Counter()  # machine class → cases with no time record
 
     def _manifest_config(self, item: pytest.Item, threads: int) -> dict[str, Any]:
         """The settings that shaped this measurement, for manifest.json."""
@@ -69,7 +71,7 @@ class ReportPlugin:
             return report
         from pytest_sme2.report.artifacts import write_artifacts
         from pytest_sme2.report.charts import render_charts
-        from pytest_sme2.report.content import skipped_reasons, summary_row
+        from pytest_sme2.report.content import skipped_reasons, summary_row, untimed_class
         from pytest_sme2.report.html import extra_html, row_cells
 
         m = item.stash[MEASUREMENT_KEY]
@@ -103,6 +105,7 @@ class ReportPlugin:
         report.sme2_cells = row_cells(m)
         report.sme2_summary = summary_row(m, verdicts)
         report.sme2_skipped = skipped_reasons([verdicts])
+        report.sme2_untimed = untimed_class(m, verdicts)
         changes = item.stash.get(BASELINE_CHANGES_KEY, ())
         baseline_path = getattr(item, "funcargs", {}).get("sme2_baseline_path")
         if changes and baseline_path is not None:
@@ -124,6 +127,9 @@ class ReportPlugin:
         if row:
             self.summary_rows.append(row)
             self.skipped.update(getattr(report, "sme2_skipped", ()))
+            untimed = getattr(report, "sme2_untimed", None)
+            if untimed:
+                self.untimed[untimed] += 1
         changes = getattr(report, "sme2_baseline_changes", None)
         if changes:
             path, what = changes
@@ -144,6 +150,15 @@ class ReportPlugin:
         for offset, (_, column) in enumerate(COLUMNS):
             value = html.escape(values.get(column, ""))
             cells.insert(2 + offset, f'<td class="col-{column}">{value}</td>')
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str]
+    ) -> None:
+        from pytest_sme2.report.content import untimed_summary
+
+        for line in untimed_summary(self.untimed, len(self.summary_rows)):
+            prefix.append(f'<p class="sme2-untimed">pytest-sme2: {html.escape(line)}</p>')
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write the session report.md above the device folders (not on xdist workers)."""
@@ -166,12 +181,15 @@ class ReportPlugin:
         write_atomic(self.session_report, session_report(entries, base=root))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_sme2.report.content import untimed_summary
         from pytest_sme2.report.terminal import baseline_change_lines, summary_lines
 
         if not self.summary_rows:
             return
         terminalreporter.section("pytest-sme2")
         for line in summary_lines(self.summary_rows, sorted(self.skipped)):
+            terminalreporter.write_line(line)
+        for line in untimed_summary(self.untimed, len(self.summary_rows)):
             terminalreporter.write_line(line)
         if self.session_report is not None:
             terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")

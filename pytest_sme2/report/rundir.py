@@ -137,6 +137,7 @@ def load_test_dir(manifest_path: Path) -> tuple[Measurement, tuple[Verdict, ...]
             variants=tuple(Variant(v) for v in dev["variants"]),
             time_meaningful=dev["time_meaningful"],
             limits=dev["limits"],
+            machine_class=dev.get("machine_class", {}),
         )
         verdicts = tuple(
             Verdict(v["gate"], Status(v["status"]), v["message"], tuple(v["details"]))
