@@ -17,15 +17,18 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_sme2.analysis import Profile
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.devices.base import DeviceInfo, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import Measurement, VariantMeasurement
+from pytest_sme2.ops import parse_op_name
 from pytest_sme2.stats import LatencyStats, Ratio, median_ratio, relative_median_ratio
 
 SCHEMA_VERSION = 2
@@ -170,10 +173,23 @@ def latency_baseline(samples: Sequence[float], reference: Sequence[float]) -> La
     )
 
 
+def portable_name(operator: str) -> str:
+    """An operator kind as every machine of the device kind names it (``ops.portable_key``)."""
+    return parse_op_name(operator).portable_key
+
+
+def operator_structure(prof: Profile) -> dict[str, float]:
+    """Operator kind (portable name) → occurrences per run: the structure a baseline stores."""
+    counts: Counter[str] = Counter()
+    for op in prof.operators:
+        counts[portable_name(op.name)] += op.count
+    return {name: stable(count / prof.runs) for name, count in counts.items()}
+
+
 def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
     prof = vm.profile
     return VariantBaseline(
-        operators={op.name: stable(op.count / prof.runs) for op in prof.operators},
+        operators=operator_structure(prof),
         packed_operators=prof.packed_operators,
         instructions=vm.evidence.instructions if vm.evidence else None,
         sme2_kernels=vm.evidence.sme2_kernels if vm.evidence else (),

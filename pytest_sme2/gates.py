@@ -28,6 +28,9 @@ from pytest_sme2.baseline import (
     latency_baseline,
     notes_diff,
     operator_diff,
+    operator_structure,
+    portable_name,
+    stable,
 )
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
@@ -393,9 +396,10 @@ def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
             )
             continue
         prof = vm.profile
-        actual = {op.name: round(op.count / prof.runs, 4) for op in prof.operators}
-        stored_ops = {k: round(v, 4) for k, v in stored.operators.items()}
-        diff = operator_diff(stored_ops, actual)
+        actual = operator_structure(prof)
+        diff = operator_diff(
+            {portable_name(k): stable(v) for k, v in stored.operators.items()}, actual
+        )
         kernels = vm.evidence.sme2_kernels if vm.evidence else ()
         if tuple(stored.sme2_kernels) != kernels:
             diff.append(f"SME2 kernels {list(stored.sme2_kernels)} → {list(kernels)}")

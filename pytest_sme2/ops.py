@@ -101,9 +101,30 @@ class OpName:
         same unpacked key in SME2-on and SME2-off traces, although SME2-on renames it."""
         if not self.packed:
             return self.key
-        datatypes = ", ".join(dt[1:] if _is_packed(dt) else dt for dt in self.datatypes)
-        inside = f"{self.layout}, {datatypes}" if self.layout else datatypes
+        return self._with_datatypes(
+            tuple(dt[1:] if _is_packed(dt) else dt for dt in self.datatypes)
+        )
+
+    @property
+    def portable_key(self) -> str:
+        """``key`` as every machine of a device kind names it: datatype spellings that XNNPACK
+        picks by the CPU's instructions, not by the graph, are folded (see
+        :data:`DISPATCH_SPELLINGS`). SME packing is kept: it is judged on its own."""
+        if not any(dt in DISPATCH_SPELLINGS for dt in self.datatypes):
+            return self.key
+        return self._with_datatypes(tuple(DISPATCH_SPELLINGS.get(dt, dt) for dt in self.datatypes))
+
+    def _with_datatypes(self, datatypes: tuple[str, ...]) -> str:
+        inside = ", ".join((self.layout, *datatypes) if self.layout else datatypes)
         return f"{self.operator} ({inside})" + (f" {self.microkernel}" if self.microkernel else "")
+
+
+#: Datatype spellings that depend on the CPU, not on the program → the spelling they stand for.
+#: Dynamically quantized int8 inputs are ``QDU8`` (unsigned) where XNNPACK's kernels use an
+#: unsigned-by-signed dot product (x86 AVX-VNNI / AVX512-VNNI) and ``QD8`` elsewhere: seen as
+#: ``Fully Connected (NC, QDU8, F32, QC8W) GEMM`` on one AMD EPYC and ``(NC, QD8, F32, QC8W)`` on
+#: another, for the same .pte.
+DISPATCH_SPELLINGS: dict[str, str] = {"QDU8": "QD8"}
 
 
 def _is_packed(datatype: str) -> bool:

@@ -342,3 +342,12 @@ def test_structure_failures_and_just_written_baselines_are_not_re_measured():
     assert by_gate(judged.verdicts)["structure[sme2-off]"].status is Status.FAIL
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
     assert judge_confirmed(slow, base, Expectations(), TOL, None).remeasured_after is None
+
+
+def test_structure_is_portable_across_cpus_that_spell_dynamic_int8_differently():
+    qd8 = (("Fully Connected (NC, QD8, F32, QC8W) GEMM", 2.0), ("Convert (NC, F32, QD8)", 0.5))
+    qdu8 = tuple((name.replace("QD8", "QDU8"), ms) for name, ms in qd8)
+    base = from_measurement(measurement(HOST, off_ops=qdu8, dtype="int8-dynamic"), TOL)
+    assert set(base.variants["sme2-off"].operators) == {name for name, _ in qd8}
+    m = measurement(HOST, off_ops=qd8, dtype="int8-dynamic")
+    assert by_gate(judge(m, base, Expectations(), TOL))["structure[sme2-off]"].status is Status.PASS

@@ -339,3 +339,12 @@ def test_composed_names_round_trip(
 )
 def test_unpacked_key_strips_sme_packing_only(name, unpacked):
     assert parse_op_name(name).unpacked_key == unpacked
+
+
+def test_portable_key_folds_cpu_chosen_spellings_and_keeps_sme_packing():
+    vnni = parse_op_name("Fully Connected (NC, QDU8, F32, QC8W) GEMM #3")
+    assert vnni.portable_key == "Fully Connected (NC, QD8, F32, QC8W) GEMM"
+    assert parse_op_name("Convert (NC, F32, QDU8)").portable_key == "Convert (NC, F32, QD8)"
+    packed = parse_op_name("Fully Connected (NC, PF16) GEMM")
+    assert packed.portable_key == "Fully Connected (NC, PF16) GEMM"
+    assert parse_op_name("native_call_mean.out").portable_key == "native_call_mean.out"
