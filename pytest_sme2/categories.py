@@ -23,7 +23,9 @@ reshape/copy           Data Movement  moves or copies bytes unchanged (incl. ``P
 concat/split/slice     Data Movement  copies pieces of tensors; gathers and embeddings too
 pad                    Data Movement  copies a tensor into a larger, constant-filled one
 resize                 Data Movement  resamples neighbours (bilinear/nearest): memory-bound
-quantize/convert       Elementwise    a per-element scale/round/saturate map (dtype casts)
+quantize/convert       Data Movement  dtype casts and (de)quantization: the reference kit's
+                                      categorize() counts convert and copy as Data Movement,
+                                      and published SME2 shares use it
 unary                  Elementwise    one input, one output element per element
 binary                 Elementwise    two inputs broadcast element by element
 pooling                Other          windowed reductions: not a GEMM, not per-element
@@ -68,7 +70,7 @@ SUBCATEGORY_CATEGORY: Mapping[str, str] = MappingProxyType(
         "concat/split/slice": DATA_MOVEMENT,
         "pad": DATA_MOVEMENT,
         "resize": DATA_MOVEMENT,
-        "quantize/convert": ELEMENTWISE,
+        "quantize/convert": DATA_MOVEMENT,
         "unary": ELEMENTWISE,
         "binary": ELEMENTWISE,
         "pooling": OTHER,

@@ -24,8 +24,14 @@ CONV, GEMM, DM, EW, OTHER = CATEGORIES
 
 # Every trap of docs/etdump.md (substring matching gets each one wrong): (name, category, sub).
 TRAPS = {
-    "convert-is-not-convolution": ("Convert (NC, F32, QD8) #1", EW, "quantize/convert"),
-    "convert-qdu8-is-not-convolution": ("Convert (NC, F32, QDU8) #2", EW, "quantize/convert"),
+    # Convert is Data Movement, as the reference kit's categorize() counts it (issue 10)
+    "convert-is-not-convolution": ("Convert (NC, F32, QD8) #1", DM, "quantize/convert"),
+    "convert-qdu8-is-not-convolution": ("Convert (NC, F32, QDU8) #2", DM, "quantize/convert"),
+    "dim-order-copy-is-data-movement": (
+        "native_call__to_dim_order_copy.out",
+        DM,
+        "quantize/convert",
+    ),
     "resize-bilinear-is-not-gemm": ("Resize Bilinear (NHWC) #1", DM, "resize"),
     "batch-matmul-is-gemm": ("Batch Matrix Multiply (NC, F32) GEMM #1", GEMM, "batch matmul"),
     "batch-matmul-without-microkernel-is-gemm": (
@@ -65,10 +71,10 @@ def _each(category: str, names: str) -> dict[str, str]:
 XNNPACK_CATEGORY = {
     **_each(CONV, "Convolution | Deconvolution"),
     **_each(GEMM, "Fully Connected | Batch Matrix Multiply"),
-    **_each(DM, "Transpose | Static Reshape | Copy | Constant Pad | Resize Bilinear"),
+    **_each(DM, "Transpose | Static Reshape | Copy | Constant Pad | Resize Bilinear | Convert"),
     **_each(
         EW,
-        "Abs | Add | Ceiling | Clamp | Convert | Divide | Exp | Floor | GELU | HardSwish"
+        "Abs | Add | Ceiling | Clamp | Divide | Exp | Floor | GELU | HardSwish"
         " | LeakyReLU | Log | Maximum | Minimum | Multiply | Negate | Sigmoid | Square | Subtract"
         " | TanH | Invalid Unary Op | Reciprocal Square Root | Square Root",
     ),
@@ -79,12 +85,12 @@ NATIVE_CATEGORY = {
     **_each(GEMM, "addmm | bmm"),
     **_each(
         DM,
-        "_clone_dim_order | cat | constant_pad_nd | expand_copy | permute_copy | repeat"
-        " | slice_copy | split_with_sizes_copy | upsample_bilinear2d",
+        "_clone_dim_order | _to_dim_order_copy | cat | constant_pad_nd | expand_copy"
+        " | permute_copy | repeat | slice_copy | split_with_sizes_copy | upsample_bilinear2d",
     ),
     **_each(
         EW,
-        "_to_dim_order_copy | abs | add | ceil | clamp | div | elu | exp | floor | gelu | hardtanh"
+        "abs | add | ceil | clamp | div | elu | exp | floor | gelu | hardtanh"
         " | leaky_relu | log | maximum | minimum | mul | neg | pow | relu | rsqrt | sigmoid | sqrt"
         " | sub | tanh",
     ),
@@ -169,13 +175,13 @@ def test_override_by_operator_and_by_full_name() -> None:
             "; another comment",
             "",
             "Resize Bilinear = Other",
-            "convert (nc, f32, qd8) = data movement",
+            "convert (nc, f32, qd8) = elementwise",
             "addmm = Elementwise",
         ]
     )
     assert classifier.classify("Resize Bilinear (NHWC) #4") == OTHER
-    assert classifier.classify("Convert (NC, F32, QD8) #1") == DM
-    assert classifier.classify("Convert (NC, F32, QDU8) #1") == EW  # other key: default
+    assert classifier.classify("Convert (NC, F32, QD8) #1") == EW
+    assert classifier.classify("Convert (NC, F32, QDU8) #1") == DM  # other key: default
     assert classifier.classify("native_call_addmm.out") == EW
     assert classifier.subcategory("Resize Bilinear (NHWC) #4") == "resize"
     assert classifier.is_leaf("Resize Bilinear (NHWC) #4")
