@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -29,7 +28,7 @@ from pytest_sme2.devices.base import DeviceInfo, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.ops import parse_op_name
-from pytest_sme2.stats import LatencyStats, Ratio, median_ratio, relative_median_ratio
+from pytest_sme2.stats import LatencyStats
 
 SCHEMA_VERSION = 2
 
@@ -46,7 +45,7 @@ class Tolerances:
     """How far a measurement may move from its baseline before a gate fails."""
 
     share_points: float = 5.0
-    latency_percent: float = 10.0
+    latency_percent: float = 3.0
     speedup_percent: float = 10.0
 
 
@@ -61,24 +60,17 @@ class LatencyBaseline:
     #: the reference workload's latencies from the same rounds (see pytest_sme2.reference)
     reference_samples_ms: tuple[float, ...] = ()
 
-    def ratios_to(self, other: LatencyBaseline) -> tuple[Ratio, Ratio | None]:
-        """How this latency moved against ``other`` (95 % CIs): as measured, and relative to the
-        reference workload timed beside each (None when either has no reference samples).
+    def change_from(self, stored: LatencyBaseline) -> float:
+        """How this latency moved from ``stored``: fastest run now ÷ fastest run then.
 
-        A latency has clearly moved only when *both* say so: a machine that is slower today moves
-        the raw ratio but not the relative one, and a reference that happened to run fast moves
-        the relative ratio but not the raw one; a slower model moves both.
+        Measured on this 2-core shared machine (``benchmarks/gating_quality.py``), the fastest of
+        20 timing-only runs moved 1 % (sd) between undisturbed sessions, the median 6–9 % and the
+        median relative to the reference workload 8–12 %: a busy neighbour only ever slows runs
+        down, so the fastest run is the machine's undisturbed speed, and the 0.3 ms reference is
+        noisier than the model it would correct. A disturbed session moves even the fastest run
+        (+8 % for whole seconds); the gates' re-measure after settling is for that.
         """
-        raw = median_ratio(self.samples_ms, other.samples_ms)
-        if not (self.reference_samples_ms and other.reference_samples_ms):
-            return raw, None
-        relative = relative_median_ratio(
-            self.samples_ms,
-            self.reference_samples_ms,
-            other.samples_ms,
-            other.reference_samples_ms,
-        )
-        return raw, relative
+        return self.min_ms / stored.min_ms
 
 
 @dataclass(frozen=True)
@@ -128,11 +120,11 @@ class TimeRecord:
     speedup: SpeedupBaseline | None = None
 
     @property
-    def reference_median_ms(self) -> float | None:
-        """The reference workload's median latency when these times were recorded (the machine's
-        speed then), or None where no reference was timed."""
+    def reference_fastest_ms(self) -> float | None:
+        """The reference workload's fastest run when these times were recorded (the machine's
+        undisturbed speed then), or None where no reference was timed."""
         samples = [s for v in self.variants.values() for s in v.latency.reference_samples_ms]
-        return statistics.median(samples) if samples else None
+        return min(samples) if samples else None
 
 
 @dataclass(frozen=True)
@@ -388,9 +380,10 @@ def _merge_record(
             variants[name] = nv
             continue
         latency = ov.latency
-        if _clearly_moved(nv.latency.ratios_to(ov.latency), tol.latency_percent):
+        if latency_moved(nv.latency, ov.latency, tol):
             changes.append(
-                f"{name} median latency {ov.latency.median_ms} → {nv.latency.median_ms} ms"
+                f"{name} fastest run {ov.latency.min_ms} → {nv.latency.min_ms} ms "
+                f"(median {ov.latency.median_ms} → {nv.latency.median_ms} ms)"
             )
             latency = nv.latency
         shares = dict(ov.shares)
@@ -430,15 +423,10 @@ def notes_diff(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     ]
 
 
-def _clearly_moved(ratios: tuple[Ratio, Ratio | None], percent: float) -> bool:
-    """The gates' rule: each available ratio's 95 % CI lies wholly beyond ±percent, the same way.
-
-    Noise alone must neither fail a test nor rewrite a baseline.
-    """
-    present = [r for r in ratios if r is not None]
-    up = all(r.low > 1 + percent / 100 for r in present)
-    down = all(r.high < 1 - percent / 100 for r in present)
-    return up or down
+def latency_moved(now: LatencyBaseline, stored: LatencyBaseline, tol: Tolerances) -> bool:
+    """The one rule for "this latency moved", up or down: the gate fails on a rise by it, and an
+    update replaces the stored latency by it (a faster model is news, and the new floor)."""
+    return abs(now.change_from(stored) - 1) * 100 > tol.latency_percent
 
 
 def _moved(old: float | None, new: float | None, percent: float) -> bool:

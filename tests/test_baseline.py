@@ -32,15 +32,15 @@ def test_round_trip_and_stable_text(tmp_path):
     ]
 
 
-def test_reference_median_is_the_machine_speed_at_baseline_time():
+def test_reference_fastest_run_is_the_machine_speed_at_baseline_time():
     from dataclasses import replace
 
     m = measurement(SME2_DEVICE)
     record = from_measurement(m, TOL).record_for(SME2_DEVICE)
-    assert record is not None and record.reference_median_ms is None  # no reference timed
+    assert record is not None and record.reference_fastest_ms is None  # no reference timed
     timed = replace(m, reference_ms=(0.14, 0.13, 0.2, 0.15))
     record = from_measurement(timed, TOL).record_for(SME2_DEVICE)
-    assert record is not None and record.reference_median_ms == pytest.approx(0.145)
+    assert record is not None and record.reference_fastest_ms == 0.13
 
 
 def test_floats_are_rounded_to_four_significant_digits():
@@ -75,7 +75,7 @@ def test_merge_keeps_values_within_tolerance_and_reports_changes():
     )
     merged, changes = merge(old, slower, TOL)
     tag = f"[{SME2_DEVICE.class_id}] "
-    assert f"{tag}sme2-off median latency 10.0 → 15.0 ms" in changes
+    assert f"{tag}sme2-off fastest run 9.9 → 14.9 ms (median 10.0 → 15.0 ms)" in changes
     assert any(c.startswith(f"{tag}speedup 2.5× → 3.75×") for c in changes)
     record, old_record = merged.machines[SME2_DEVICE.class_id], old.machines[SME2_DEVICE.class_id]
     assert record.variants["sme2-off"].latency.median_ms == 15.0
@@ -146,3 +146,13 @@ def test_emulated_time_keeps_no_time_record():
     from tests.measurements import EMULATOR
 
     assert from_measurement(measurement(EMULATOR), TOL).machines == {}
+
+
+def test_a_faster_model_replaces_the_stored_latency_too():
+    old = from_measurement(measurement(HOST), TOL)
+    faster = from_measurement(measurement(HOST, off_latencies=(9.0, 9.1, 8.9, 9.0)), TOL)
+    merged, changes = merge(old, faster, TOL)
+    assert changes == (
+        f"[{HOST.class_id}] sme2-off fastest run 9.9 → 8.9 ms (median 10.0 → 9.0 ms)",
+    )
+    assert merged.machines[HOST.class_id].variants["sme2-off"].latency.min_ms == 8.9

@@ -115,16 +115,26 @@ def test_share_limits_from_the_marker():
     assert v.message.startswith("Convolution share 44.4% is above the limit 30.0%")
 
 
-def test_clear_latency_rise_fails_but_noise_does_not():
-    base = from_measurement(measurement(HOST), TOL)
+def test_latency_is_judged_on_the_fastest_run_so_a_busy_neighbour_does_not_fail_it():
+    base = from_measurement(measurement(HOST), TOL)  # fastest 9.9 ms, median 10 ms
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
-    noisy = measurement(HOST, off_latencies=(10.0, 11.5, 9.5, 10.8, 9.9, 10.2))
     failed = by_gate(judge(slow, base, Expectations(), TOL))["latency[sme2-off]"]
     assert failed.status is Status.FAIL
-    assert failed.message.startswith("E2E latency of toy[fp32] on host (sme2-off) rose 20%")
-    assert (
-        by_gate(judge(noisy, base, Expectations(), TOL))["latency[sme2-off]"].status is Status.PASS
+    assert failed.message == (
+        "E2E latency of toy[fp32] on host (sme2-off) rose 20.2% (fastest of 6 runs 11.9 ms vs "
+        "baseline 9.9 ms; median 12 ms vs 10 ms), beyond the 3% tolerance"
     )
+    disturbed = measurement(HOST, off_latencies=(10.0, 13.5, 9.92, 14.8, 12.9, 10.2))
+    v = by_gate(judge(disturbed, base, Expectations(), TOL))["latency[sme2-off]"]
+    assert v.status is Status.PASS and v.message.startswith("E2E latency 1.002× the baseline")
+
+
+@pytest.mark.parametrize(("factor", "status"), [(1.04, Status.FAIL), (1.02, Status.PASS)])
+def test_a_few_percent_slower_fails_beyond_the_tolerance_only(factor, status):
+    base = from_measurement(measurement(HOST), TOL)
+    lat = tuple(factor * x for x in (10.0, 10.1, 9.9, 10.05, 9.95, 10.0))
+    v = by_gate(judge(measurement(HOST, off_latencies=lat), base, Expectations(), TOL))
+    assert v["latency[sme2-off]"].status is status
 
 
 def test_another_machine_class_has_its_time_gates_not_judged_but_its_structure_judged():
@@ -232,32 +242,6 @@ def test_outputs_that_differ_on_vs_off_fail_parity_with_the_numbers():
     )
 
 
-def test_a_slower_machine_is_not_a_regression_but_a_slower_model_is():
-    ref = (2.0, 2.02, 1.98, 2.01, 1.99, 2.0)
-    base = from_measurement(replace(measurement(HOST), reference_ms=ref), TOL)
-    assert base.machines[HOST.class_id].variants["sme2-off"].latency.reference_samples_ms == ref
-    slow_off = (12.0, 12.1, 11.9, 12.05, 11.95, 12.0)
-    slow_machine = replace(
-        measurement(HOST, off_latencies=slow_off), reference_ms=tuple(1.2 * r for r in ref)
-    )
-    v = by_gate(judge(slow_machine, base, Expectations(), TOL))["latency[sme2-off]"]
-    assert v.status is Status.PASS
-    assert "relative to the reference workload vs baseline" in v.message
-    slow_model = replace(measurement(HOST, off_latencies=slow_off), reference_ms=ref)
-    v = by_gate(judge(slow_model, base, Expectations(), TOL))["latency[sme2-off]"]
-    assert v.status is Status.FAIL
-    assert "ratio 1.20× (95% CI" in v.message
-    assert "and 1.20× (95% CI" in v.message and "relative to the reference workload)" in v.message
-
-
-def test_a_reference_that_ran_fast_does_not_fail_a_steady_model():
-    ref = (2.0, 2.02, 1.98, 2.01, 1.99, 2.0)
-    base = from_measurement(replace(measurement(HOST), reference_ms=ref), TOL)
-    fast_reference = replace(measurement(HOST), reference_ms=tuple(0.75 * r for r in ref))
-    v = by_gate(judge(fast_reference, base, Expectations(), TOL))["latency[sme2-off]"]
-    assert v.status is Status.PASS
-
-
 def test_shares_are_not_judged_where_time_means_nothing():
     from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
 
@@ -312,7 +296,7 @@ def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
 
     passed = judge_confirmed(slow, base, Expectations(), TOL, remeasure(measurement(HOST)))
     assert passed.measurement is calls[-1] and passed.remeasured_after.startswith(
-        "E2E latency of toy[fp32] on host (sme2-off) rose 20%"
+        "E2E latency of toy[fp32] on host (sme2-off) rose 20.2%"
     )
     confirmed = by_gate(passed.verdicts)["confirmed"]
     assert confirmed.status is Status.PASS

@@ -49,7 +49,16 @@ def test_model(sme2_measurement, sme2_judge):
     sme2_judge(sme2_measurement)
 """
 
-FAST = ["--sme2-runs=12", "--sme2-rounds=3", "--sme2-traced-runs=2", "--sme2-warmup=2"]
+#: Few runs, and latency judged at 25 %: these tests run beside another xdist worker, which slows
+#: a run by far more than the 3 % default allows. What the default catches, and never raises
+#: falsely, on a quiet machine is measured by benchmarks/gating_quality.py, not asserted here.
+FAST = [
+    "--sme2-runs=12",
+    "--sme2-rounds=3",
+    "--sme2-traced-runs=2",
+    "--sme2-warmup=2",
+    "--sme2-latency-tolerance=25",
+]
 
 
 def make_suite(pytester: pytest.Pytester, *, size: int = 48, marker: str = "") -> None:
@@ -208,8 +217,8 @@ def test_slowed_model_trips_the_latency_gate_and_an_unchanged_rerun_does_not(pyt
     slowed.stdout.fnmatch_lines(
         [
             "*E2E latency of plug_a[[]fp32] on host (sme2-off) rose *% "
-            "(median * ms vs baseline * ms, ratio *× (95% CI *×) and *× (95% CI *×) "
-            "relative to the reference workload), beyond the 10% tolerance*",
+            "(fastest of 20 runs * ms vs baseline * ms; median * ms vs * ms), "
+            "beyond the 25% tolerance*",
             "*the failure persisted in a fresh measurement (machine at its undisturbed speed "
             "after * s: reference workload at *× its undisturbed time)*",
         ]
