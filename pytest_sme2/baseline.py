@@ -45,7 +45,7 @@ class Tolerances:
     """How far a measurement may move from its baseline before a gate fails."""
 
     share_points: float = 5.0
-    latency_percent: float = 3.0
+    latency_percent: float = 10.0
     speedup_percent: float = 10.0
 
 

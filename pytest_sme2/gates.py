@@ -10,7 +10,7 @@ Rules, as the user's CI relies on them:
   the measuring machine's class; with none, those gates are "not judged" and the portable ones
   (structure, packed operators, kernels, parity, instruction counts) still are;
 * latency fails when the fastest timing-only run is slower than the baseline's by more than the
-  tolerance (default 3 %; see ``LatencyBaseline.change_from`` for why the fastest run); a speedup
+  tolerance (default 10 %; see ``LatencyBaseline.change_from`` for why the fastest run); a speedup
   gate fails only when the bootstrap 95 % interval of the speedup lies entirely beyond its
   tolerance. Time-only failures are confirmed by a fresh measurement (:func:`judge_confirmed`).
 
@@ -38,7 +38,7 @@ from pytest_sme2.baseline import (
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.measure import Measurement
+from pytest_sme2.measure import Measurement, fastest
 from pytest_sme2.ops import parse_op_name
 
 
@@ -547,14 +547,18 @@ def judge_confirmed(
     """:func:`judge`, and where only time gates failed, a fresh measurement that decides.
 
     Wall-clock time is the one input a busy machine moves for a while; operator structure,
-    kernels and parity are not re-measured away. The confirming measurement's verdicts stand,
-    plus a ``confirmed`` verdict that says how it went and names the first failure.
+    kernels and parity are not re-measured away. The verdicts of the faster of the two
+    measurements stand, plus a ``confirmed`` verdict that says how it went and names the first
+    failure.
     """
     verdicts = judge(m, baseline, expectations, tolerances)
     if remeasure is None or not only_time_gates_failed(verdicts):
         return Judgement(m, verdicts)
     first = failure_report(verdicts, strict=False) or ""
     fresh, how = remeasure()
+    # Judged as the record was taken: on the faster of two measurements (plugin.sme2_judge), so a
+    # slow spell of one measurement is not read as a regression, and a regression shows in both.
+    fresh = fastest(m, fresh)
     verdicts = judge(fresh, baseline, expectations, tolerances)
     if failure_report(verdicts, strict=False):
         confirmed = Verdict("confirmed", Status.FAIL, f"the failure persisted {how}")

@@ -31,7 +31,7 @@ class MeasurePlan:
     runs: int = 20
     warmup: int = 2
     threads: int = 1
-    rounds: int = 4
+    rounds: int = 10
     traced_runs: int = 10
 
     def __post_init__(self) -> None:
@@ -204,8 +204,8 @@ def _parity(
 
 def fastest(*measurements: Measurement) -> Measurement:
     """The measurement taken while the machine was fastest (least total of each variant's
-    fastest run): what a new time record should hold, since every later run is judged against
-    it and a record taken while disturbed would hide a regression of that size."""
+    fastest run): a time gate's failure is confirmed on it, so a slow spell of one measurement
+    does not fail a test while a regression, present in both, still does."""
     return min(measurements, key=lambda m: sum(min(vm.latencies_ms) for vm in m.variants.values()))
 
 

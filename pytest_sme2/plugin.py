@@ -338,7 +338,7 @@ def sme2_judge(
     from pytest_sme2 import baseline as store
     from pytest_sme2.benchmark_interop import add_benchmarks
     from pytest_sme2.gates import failure_report, judge_confirmed
-    from pytest_sme2.measure import fastest, settle
+    from pytest_sme2.measure import settle
 
     def remeasure(baseline: Baseline | None) -> tuple[Measurement, str]:
         """A fresh measurement, after the machine settled where that can be told."""
@@ -362,8 +362,6 @@ def sme2_judge(
         baseline = sme2_baseline
         changes: tuple[str, ...] = ()
         if baseline is None or sme2_settings.update_baselines:
-            if sme2_device.info().time_meaningful:  # a record is taken from a settled machine
-                measurement = fastest(measurement, remeasure(baseline)[0])
             merged, changes = store.merge(baseline, store.from_measurement(measurement, tol), tol)
             if changes:
                 store.save(sme2_baseline_path, merged)

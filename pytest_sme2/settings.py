@@ -40,7 +40,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "host", "where models run: host (default), or a device named in the docs"),
     Option("runs", "20", "timing-only runs per variant (split over --sme2-rounds)", "int"),
     Option("warmup", "2", "warm-up runs discarded before each measured batch", "int"),
-    Option("rounds", "4", "interleaved SME2-on/off rounds the timing runs are split into", "int"),
+    Option("rounds", "10", "interleaved SME2-on/off rounds the timing runs are split into", "int"),
     Option("traced-runs", "10", "runs in the traced (ETDump) run of each variant", "int"),
     Option("threads", "1", "CPU threads: one number or a comma-separated list (1,2)"),
     Option("models", "", "comma-separated model names to run (default: all registered)"),
@@ -52,7 +52,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
     ),
-    Option("latency-tolerance", "3", "allowed latency rise / speedup drop, in percent", "float"),
+    Option("latency-tolerance", "10", "allowed latency rise / speedup drop, in percent", "float"),
 )
 
 #: ini-only (a list does not fit a flag): "Operator = Category" lines overriding the classifier.

@@ -119,7 +119,7 @@ def test_machine_speed_is_the_fastest_reference_seen_or_the_baselines():
     assert speed.undisturbed_ms(0.12) == 0.12
 
 
-def test_a_time_record_is_taken_from_the_fastest_of_two_measurements():
+def test_the_fastest_of_two_measurements_is_the_one_taken_while_the_machine_was_fastest():
     from pytest_sme2.measure import fastest
     from tests.measurements import measurement
 
