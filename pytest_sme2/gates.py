@@ -104,6 +104,8 @@ def judge(
     verdicts += _sme2_kernels(m, expectations)
     verdicts += _speedup(m, record, expectations, tolerances)
     verdicts += _instruction_ratio(m, baseline, expectations, tolerances)
+    if baseline is not None:
+        verdicts += _instructions(m, baseline, tolerances)
     verdicts += _parity(m)
     if baseline is not None:
         verdicts += _structure(m, baseline)
@@ -330,6 +332,45 @@ def _instruction_ratio(
                 + ("" if ok else f" beyond the {tol.speedup_percent:g}% tolerance for {_case(m)}"),
             )
         )
+    return verdicts
+
+
+def _instructions(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+    """Instructions per steady-state inference against the baseline, per variant.
+
+    Exact and repeatable under emulation, so judged without an interval or a re-measure: a model
+    that does 2 % more work with the same operators fails, which neither the on/off ratio (a
+    uniform increase leaves it unchanged) nor structure can see. Fewer instructions pass as news.
+    """
+    verdicts = []
+    for variant, vm in m.variants.items():
+        stored = baseline.variants.get(str(variant))
+        now = vm.evidence.instructions if vm.evidence else None
+        if now is None or stored is None or not stored.instructions:
+            continue
+        change = now / stored.instructions
+        counts = f"{stored.instructions:,} → {now:,} per inference ({100 * (change - 1):+.2f}%)"
+        gate = f"instructions[{variant}]"
+        if change > 1 + tol.instruction_percent / 100:
+            verdicts.append(
+                Verdict(
+                    gate,
+                    Status.FAIL,
+                    f"instructions of {_case(m)} ({variant}) rose {counts}, beyond the "
+                    f"{tol.instruction_percent:g}% tolerance",
+                )
+            )
+        elif change < 1 - tol.instruction_percent / 100:
+            verdicts.append(
+                Verdict(
+                    gate,
+                    Status.PASS,
+                    f"fewer instructions ({variant}): {counts} — a new kernel? Record it with "
+                    "--sme2-update-baselines",
+                )
+            )
+        else:
+            verdicts.append(Verdict(gate, Status.PASS, f"instructions ({variant}) {counts}"))
     return verdicts
 
 

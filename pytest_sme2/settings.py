@@ -53,6 +53,12 @@ OPTIONS: tuple[Option, ...] = (
         "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
     ),
     Option("latency-tolerance", "10", "allowed latency rise / speedup drop, in percent", "float"),
+    Option(
+        "instruction-tolerance",
+        "1",
+        "allowed change of instructions per inference (emulated devices), in percent",
+        "float",
+    ),
 )
 
 #: ini-only (a list does not fit a flag): "Operator = Category" lines overriding the classifier.
@@ -169,6 +175,7 @@ def resolve(
             share_points=values["sme2_share_tolerance"],
             latency_percent=values["sme2_latency_tolerance"],
             speedup_percent=values["sme2_latency_tolerance"],
+            instruction_percent=values["sme2_instruction_tolerance"],
         ),
         classifier=Classifier.from_lines(get_ini(CATEGORY_OVERRIDES_INI) or ()),
     )

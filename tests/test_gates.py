@@ -8,7 +8,7 @@ import pytest
 
 from pytest_sme2.baseline import Tolerances, from_measurement
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import Expectations, Status, failure_report, judge
+from pytest_sme2.gates import Expectations, Status, failure_report, judge, only_time_gates_failed
 from tests.measurements import HOST, OFF_OPS, SME2_DEVICE, measurement
 
 TOL = Tolerances()
@@ -335,3 +335,33 @@ def test_structure_is_portable_across_cpus_that_spell_dynamic_int8_differently()
     assert set(base.variants["sme2-off"].operators) == {name for name, _ in qd8}
     m = measurement(HOST, off_ops=qd8, dtype="int8-dynamic")
     assert by_gate(judge(m, base, Expectations(), TOL))["structure[sme2-off]"].status is Status.PASS
+
+
+def test_instructions_per_inference_are_judged_per_variant_at_one_percent():
+    from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
+
+    m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
+    base = from_measurement(m, TOL)
+    unchanged = by_gate(judge(m, base, Expectations(), TOL))
+    assert unchanged["instructions[sme2-on]"].status is Status.PASS
+    assert unchanged["instructions[sme2-on]"].message == (
+        "instructions (sme2-on) 86,000 → 86,000 per inference (+0.00%)"
+    )
+    more = measurement(
+        EMULATOR,
+        on_evidence=replace(ON_EVIDENCE, instructions=87_806),  # +2.1 %, same ratio or not
+        off_evidence=replace(OFF_EVIDENCE, instructions=219_515),
+    )
+    verdicts = by_gate(judge(more, base, Expectations(), TOL))
+    assert verdicts["instructions[sme2-on]"].status is Status.FAIL
+    assert verdicts["instructions[sme2-on]"].message == (
+        "instructions of toy[fp32] on emulator (sme2-on) rose 86,000 → 87,806 per inference "
+        "(+2.10%), beyond the 1% tolerance"
+    )
+    assert verdicts["instruction-ratio-baseline"].status is Status.PASS  # uniform: ratio blind
+    fewer = measurement(
+        EMULATOR, on_evidence=replace(ON_EVIDENCE, instructions=80_000), off_evidence=OFF_EVIDENCE
+    )
+    news = by_gate(judge(fewer, base, Expectations(), TOL))["instructions[sme2-on]"]
+    assert news.status is Status.PASS and news.message.startswith("fewer instructions (sme2-on)")
+    assert not only_time_gates_failed(tuple(verdicts.values()))
