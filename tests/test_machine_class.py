@@ -56,8 +56,13 @@ def test_time_records_are_kept_and_judged_per_machine_class(pytester, monkeypatc
     record_a = _machines(pytester)[class_a]
 
     monkeypatch.setenv("SME2_TEST_CPU", "Other CPU 9000")
-    on_b = run(pytester, *ARGS)
+    on_b = run(pytester, *ARGS, "--html=b.html", "--self-contained-html")
     on_b.assert_outcomes(passed=1)
+    page = (pytester.path / "b.html").read_text()
+    assert (
+        '<p class="sme2-untimed">pytest-sme2: no time record for this machine class in 1 of 1 '
+        in page
+    )
     on_b.stdout.fnmatch_lines(
         [
             "no time record for this machine class in 1 of 1 cases: other-cpu-9000-*c-* (*cpu: "
