@@ -317,8 +317,9 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
     """``new``, keeping every value still within tolerance ``tol`` of ``old``; and the changes.
 
     Structure (operator counts, packed operators, SME2 kernels) is compared exactly; shares by
-    ``share_points``; latency and speedup as the gates judge them (their 95 % interval wholly
-    beyond ``latency_percent`` / ``speedup_percent``). Only the time record of ``new``'s machine
+    ``share_points``; latency by :func:`latency_moved` (the gate's own rule), instructions by
+    ``instruction_percent``, speedup when its 95 % interval lies wholly beyond
+    ``speedup_percent``. Only the time record of ``new``'s machine
     class is touched: every other class's record is kept as it was, to the byte. Returns the
     baseline to store and one line per change.
     """
