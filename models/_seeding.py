@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 from torch import nn
-
-#: Hash this file into every example model's fingerprint: changing the seeding changes weights.
-SEEDING_FILE = Path(__file__)
 
 WEIGHT_SEED = 0
 

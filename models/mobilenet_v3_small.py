@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models._seeding import SEEDING_FILE, calibrate_batchnorm, seeded_randn, seeded_weights
+from models._seeding import calibrate_batchnorm, seeded_randn, seeded_weights
 from pytest_sme2.models import register_model
 
 BN_EPS = 1e-3
@@ -139,7 +139,7 @@ def mobilenet_v3_small_inputs(seed: int) -> tuple[torch.Tensor, ...]:
     return (seeded_randn(seed, 1, 3, 224, 224),)
 
 
-@register_model("mobilenet_v3_small", inputs=mobilenet_v3_small_inputs, extra_files=[SEEDING_FILE])
+@register_model("mobilenet_v3_small", inputs=mobilenet_v3_small_inputs)
 def mobilenet_v3_small() -> nn.Module:
     """MobileNetV3-Small at 224×224, 1000 classes: depthwise/pointwise convs, SE, hardswish.
 

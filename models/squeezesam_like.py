@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models._seeding import SEEDING_FILE, calibrate_batchnorm, seeded_randn, seeded_weights
+from models._seeding import calibrate_batchnorm, seeded_randn, seeded_weights
 from pytest_sme2.models import register_model
 
 IMAGE = 256
@@ -148,7 +148,6 @@ class _CalibrationWrapper(nn.Module):
 @register_model(
     "squeezesam_like",
     inputs=squeezesam_like_inputs,
-    extra_files=[SEEDING_FILE],
     emulation={"image": EMULATION_IMAGE},
 )
 def squeezesam_like(image: int = IMAGE) -> nn.Module:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models._seeding import SEEDING_FILE, seeded_randn, seeded_weights
+from models._seeding import seeded_randn, seeded_weights
 from pytest_sme2.models import register_model
 
 
@@ -39,7 +39,7 @@ def toy_cnn_inputs(seed: int) -> tuple[torch.Tensor, ...]:
     return (seeded_randn(seed, 1, 3, 128, 128),)
 
 
-@register_model("toy_cnn", inputs=toy_cnn_inputs, extra_files=[SEEDING_FILE])
+@register_model("toy_cnn", inputs=toy_cnn_inputs)
 def toy_cnn() -> nn.Module:
     """Toy CNN (3 convs + linear, 128×128): the pipeline's smoke test, exports in seconds.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models._seeding import SEEDING_FILE, seeded_randn, seeded_weights
+from models._seeding import seeded_randn, seeded_weights
 from pytest_sme2.models import register_model
 
 IMAGE = 224
@@ -105,7 +105,6 @@ def vit_tiny_inputs(seed: int, image: int = IMAGE) -> tuple[torch.Tensor, ...]:
 @register_model(
     "vit_tiny",
     inputs=vit_tiny_inputs,
-    extra_files=[SEEDING_FILE],
     emulation={"image": EMULATION_IMAGE},
 )
 def vit_tiny(image: int = IMAGE) -> nn.Module:

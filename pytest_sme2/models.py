@@ -11,17 +11,15 @@ instruction costs ~100× a native one while what is proven there (packed operato
 kernels execute, instruction ratios) does not depend on the input size, so a smaller input keeps
 an emulated suite within minutes without weakening its evidence.
 
-Nothing here imports torch: the registry is read by the plugin at collection time, and a warm
-export cache must be usable without paying torch's import.
+Nothing here imports torch: the registry is read by the plugin at collection time, and the plugin
+must load where torch is not installed (analysing and judging traces need none).
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_sme2.errors import ConfigError
@@ -37,15 +35,18 @@ Params = tuple[tuple[str, int | float | str], ...]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A registered model: how to build it, how to make inputs, and what to hash for caching."""
+    """A registered model: how to build it and how to make its inputs.
+
+    The export cache keys on what ``build`` returns and what ``example_inputs`` makes (see
+    :func:`pytest_sme2.export.program_fingerprint`), so both must give the same result on every
+    call: seed weights and inputs, or every session exports afresh.
+    """
 
     name: str
     factory: ModuleFactory
     inputs: InputsFactory
     description: str
     dtypes: tuple[str, ...] = DTYPES
-    #: Files whose content determines the model (code, weights); hashed into the export cache key.
-    source_files: tuple[Path, ...] = field(default=())
     #: Keyword arguments this spec builds the model and its inputs with; () = their defaults.
     params: Params = ()
     #: The params to use on emulated devices (see the module docstring); () = as on hardware.
@@ -63,23 +64,11 @@ class ModelSpec:
         """This model as an emulated device runs it: built with its emulation params."""
         return replace(self, params=self.emulation_params) if self.emulation_params else self
 
-    def fingerprint(self) -> str:
-        """Content hash of everything that determines this model's weights and graph.
-
-        Weights are seeded inside the factory, so code + seed (+ the torch version, which the export
-        stage adds) determine them: no need to build the model to know whether a cache is valid.
-        """
-        digest = hashlib.sha256(self.name.encode())
-        digest.update(self.factory.__qualname__.encode())
-        digest.update(self.inputs.__qualname__.encode())
-        for path in self.source_files:
-            digest.update(path.read_bytes())
-        if self.params:  # keeps the keys of default-built models as they were
-            digest.update(repr(self.params).encode())
-        return digest.hexdigest()
-
 
 _REGISTRY: dict[str, ModelSpec] = {}
+#: The file each registered factory is defined in: the same file may register a name again (a
+#: module imported twice, under two names), another file may not.
+_ORIGINS: dict[str, str | None] = {}
 
 
 def register_model(
@@ -87,14 +76,14 @@ def register_model(
     *,
     inputs: InputsFactory,
     dtypes: Iterable[str] = DTYPES,
-    extra_files: Iterable[str | Path] = (),
     emulation: Mapping[str, int | float | str] | None = None,
 ) -> Callable[[ModuleFactory], ModuleFactory]:
     """Register ``factory`` under ``name``; its docstring says what the model stresses.
 
-    ``extra_files`` lists files (e.g. weights) that the factory reads, so that changing them
-    invalidates the export cache just like changing the code does. ``emulation`` holds keyword
-    arguments for both ``factory`` and ``inputs`` on emulated devices, e.g. ``{"image": 112}``.
+    ``emulation`` holds keyword arguments for both ``factory`` and ``inputs`` on emulated
+    devices, e.g. ``{"image": 112}``. Whatever the factory reads (other modules, weights or
+    config files, environment variables) needs no declaring: the export cache keys on the model
+    it builds.
     """
     dtypes = tuple(dtypes)
     unknown = sorted(set(dtypes) - set(DTYPES))
@@ -102,24 +91,21 @@ def register_model(
         raise ConfigError(f"model {name!r}: unknown dtype(s) {unknown}; known: {list(DTYPES)}")
 
     def decorate(factory: ModuleFactory) -> ModuleFactory:
-        source = inspect.getsourcefile(factory)
-        files = ([Path(source)] if source else []) + [Path(f) for f in extra_files]
-        spec = ModelSpec(
+        origin = inspect.getsourcefile(factory)
+        if name in _ORIGINS and _ORIGINS[name] != origin:
+            raise ConfigError(
+                f"model {name!r} is registered twice ({_ORIGINS[name]} and {origin}); "
+                "give one of them another name"
+            )
+        _ORIGINS[name] = origin
+        _REGISTRY[name] = ModelSpec(
             name=name,
             factory=factory,
             inputs=inputs,
             description=inspect.cleandoc(factory.__doc__ or "").split("\n\n")[0],
             dtypes=dtypes,
-            source_files=tuple(files),
             emulation_params=tuple(sorted((emulation or {}).items())),
         )
-        previous = _REGISTRY.get(name)
-        if previous is not None and previous.source_files != spec.source_files:
-            raise ConfigError(
-                f"model {name!r} is registered twice ({previous.source_files[0]} and "
-                f"{spec.source_files[0]}); give one of them another name"
-            )
-        _REGISTRY[name] = spec
         return factory
 
     return decorate

@@ -10,7 +10,6 @@ no suite parametrizes over it, and its code changes only with pytest-sme2.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pytest_sme2.models import ModelSpec
@@ -45,5 +44,4 @@ REFERENCE = ModelSpec(
     inputs=_reference_inputs,
     description="pytest-sme2's reference workload for machine-speed calibration",
     dtypes=("fp32",),
-    source_files=(Path(__file__),),
 )

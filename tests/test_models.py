@@ -1,8 +1,8 @@
 """The example models: they build, are identical every time, and compute the right shapes.
 
-Export caching keys on source code alone, so a model that differed between two builds (an
-unseeded initialiser, inputs drawn from the global RNG) would silently break the cache and the
-comparison of SME2-on with SME2-off; these tests pin that down.
+Export caching keys on what the factory builds, so a model that differed between two builds (an
+unseeded initialiser, inputs drawn from the global RNG) would be exported afresh in every session
+and would break the comparison of SME2-on with SME2-off; these tests pin that down.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 import models  # noqa: E402  (registers the examples; needs torch)
 from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
 from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny  # noqa: E402
-from pytest_sme2.models import ModelSpec, get_model  # noqa: E402
+from pytest_sme2.errors import ConfigError  # noqa: E402
+from pytest_sme2.export import program_fingerprint  # noqa: E402
+from pytest_sme2.models import ModelSpec, get_model, register_model  # noqa: E402
 
 #: What each example model returns for its example inputs (batch 1).
 OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
@@ -47,7 +49,6 @@ def test_every_example_model_is_registered_and_described() -> None:
     assert sorted(OUTPUT_SHAPES) == sorted(spec.name for spec in EXAMPLES)
     for spec in EXAMPLES:
         assert spec.description, f"{spec.name}: the factory needs a docstring"
-        assert any(path.name == "_seeding.py" for path in spec.source_files), spec.name
 
 
 @pytest.mark.parametrize("spec", BUILDS, ids=_build_id)
@@ -141,10 +142,26 @@ def test_emulation_builds_are_the_models_with_smaller_inputs() -> None:
             assert emulated is spec
             continue
         assert emulated.params == spec.emulation_params
-        assert emulated.fingerprint() != spec.fingerprint()
+        assert program_fingerprint(emulated) != program_fingerprint(spec)
         full, small = spec.build(), emulated.build()
         assert [name for name, _ in full.named_modules()] == [
             name for name, _ in small.named_modules()
         ]
         (full_input, *_), (small_input, *_) = spec.example_inputs(0), emulated.example_inputs(0)
         assert small_input.numel() < full_input.numel()
+
+
+def test_a_name_registered_from_another_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same file may register again (a module imported under two names); another may not."""
+    from pytest_sme2 import models as registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_ORIGINS", {})
+    register = register_model("twice", inputs=tokens)
+    register(vit_tiny)
+    register(vit_tiny)
+    with pytest.raises(
+        ConfigError,
+        match=r"'twice' is registered twice \(\S*vit_tiny.py and \S*mobilenet_v3_small.py\)",
+    ):
+        register(mobilenet_v3_small)

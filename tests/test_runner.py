@@ -62,7 +62,6 @@ TINY = ModelSpec(
     inputs=_tiny_inputs,
     description=_tiny.__doc__ or "",
     dtypes=("fp32", "fp16"),
-    source_files=(Path(__file__),),
 )
 
 

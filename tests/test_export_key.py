@@ -1,0 +1,276 @@
+"""The export cache key is what is exported, wherever the factory got it from.
+
+A key of the factory's source file alone handed back the old ``.pte`` when the model's class lived
+in another module, when its width came from an environment variable or its layers from a weights
+file: the suite then measured the old program and passed (issue 9). These tests change each of
+those and check the key.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("executorch")
+
+from pytest_sme2 import export  # noqa: E402
+from pytest_sme2.export import artifact_key, program_fingerprint  # noqa: E402
+from pytest_sme2.models import ModelSpec  # noqa: E402
+
+#: A user's model class, in a module of its own: 1×1 "pre" convolutions whose kernels the factory
+#: reads from a weights file (one per tensor in it), then a body of 3×3 convolutions ``width``
+#: wide, and a pooled linear head.
+USER_NET = """
+import torch
+
+
+class UserNet(torch.nn.Module):
+    def __init__(self, width, pre):
+        super().__init__()
+        self.pre = torch.nn.ModuleList(torch.nn.Conv2d(3, 3, 1, bias=False) for _ in pre)
+        with torch.no_grad():
+            for conv, kernel in zip(self.pre, pre):
+                conv.weight.copy_(kernel)
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),
+        )
+        self.head = torch.nn.Linear(width, 10)
+
+    def forward(self, x):
+        for conv in self.pre:
+            x = conv(x)
+        return self.head(self.body(x).mean(dim=(2, 3)))
+"""
+
+#: UserNet's class with two more convolutions in its body.
+TWO_MORE_CONVS = (
+    "torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),",
+    "torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),\n" * 2
+    + "            torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),",
+)
+
+#: The factory: the class from usernet.py, the width from $USER_NET_WIDTH, the pre kernels from
+#: pre.pt. Nothing of what it builds is in this file.
+FACTORY = '''
+import os
+from pathlib import Path
+
+import torch
+
+from usernet import UserNet
+
+WEIGHTS = Path(__file__).with_name("pre.pt")
+
+
+def inputs(seed):
+    return (torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(seed)),)
+
+
+def user_net():
+    """The user's net: its class, its width and its weights live outside this file."""
+    torch.manual_seed(0)
+    return UserNet(int(os.environ.get("USER_NET_WIDTH", "8")), torch.load(WEIGHTS)).eval()
+'''
+
+
+def _write_project(directory: Path, *, pre: int = 1, user_net: str = USER_NET) -> None:
+    """usernet.py, user_factory.py and a pre.pt of ``pre`` seeded 1×1 kernels in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "usernet.py").write_text(user_net)
+    (directory / "user_factory.py").write_text(FACTORY)
+    generator = torch.Generator().manual_seed(7)
+    torch.save(
+        [torch.randn(3, 3, 1, 1, generator=generator) / 3 for _ in range(pre)],
+        directory / "pre.pt",
+    )
+
+
+@pytest.fixture
+def load_project(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], ModelSpec]]:
+    """``load(directory)``: the project in ``directory`` imported afresh, as its spec.
+
+    Each call imports usernet and user_factory again (a new process would), and forgets the
+    fingerprints computed so far, which a process keeps for as long as it lives.
+    """
+    saved = {name: sys.modules.get(name) for name in ("usernet", "user_factory")}
+
+    def load(directory: Path) -> ModelSpec:
+        monkeypatch.setattr(export, "_FINGERPRINTS", {})
+        for name in saved:
+            _import_as(name, directory / f"{name}.py")
+        factory = sys.modules["user_factory"]
+        return ModelSpec("user_net", factory.user_net, factory.inputs, "", ("fp32",))
+
+    yield load
+    for name, module in saved.items():
+        if module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module
+
+
+def _import_as(name: str, path: Path) -> ModuleType:
+    """``path`` executed afresh as the module ``name`` (replacing an earlier import of it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the key sees every change of the program ---------------------------------------------------
+
+
+def test_a_change_to_the_class_in_another_module_changes_the_key(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec]
+) -> None:
+    _write_project(tmp_path / "before")
+    _write_project(tmp_path / "after", user_net=USER_NET.replace(*TWO_MORE_CONVS))
+    before = artifact_key(load_project(tmp_path / "before"), "fp32")
+    assert artifact_key(load_project(tmp_path / "after"), "fp32") != before
+    assert artifact_key(load_project(tmp_path / "before"), "fp32") == before
+
+
+def test_a_changed_weights_file_changes_the_key(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec]
+) -> None:
+    _write_project(tmp_path)
+    before = artifact_key(load_project(tmp_path), "fp32")
+    kernels = torch.load(tmp_path / "pre.pt")
+    kernels[0][0, 0, 0, 0] += 0.25  # one weight, same shapes: only the bytes tell
+    torch.save(kernels, tmp_path / "pre.pt")
+    assert artifact_key(load_project(tmp_path), "fp32") != before
+
+
+def test_an_environment_variable_that_widens_the_model_changes_the_key(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_project(tmp_path)
+    monkeypatch.setenv("USER_NET_WIDTH", "8")
+    narrow = artifact_key(load_project(tmp_path), "fp32")
+    monkeypatch.setenv("USER_NET_WIDTH", "16")
+    assert artifact_key(load_project(tmp_path), "fp32") != narrow
+
+
+class _SelfAttention(torch.nn.Module):
+    """Self-attention over 16 features. Its MultiheadAttention's weights have the same shapes
+    for 1, 2, 4 or 8 heads, and symbolic_trace keeps it as one node: ``num_heads`` is in no
+    weight, no node of the trace, no repr."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(16, heads, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def _attention(heads: int = 2) -> Any:
+    torch.manual_seed(0)
+    return _SelfAttention(heads).eval()
+
+
+def _attention_inputs(seed: int, heads: int = 2) -> tuple[Any, ...]:
+    return (torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_a_configuration_attribute_no_weight_shows_changes_the_key() -> None:
+    two, four = (
+        ModelSpec("attention", _attention, _attention_inputs, "", params=(("heads", heads),))
+        for heads in (2, 4)
+    )
+    weights = [spec.build().state_dict() for spec in (two, four)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    assert program_fingerprint(two) != program_fingerprint(four)
+
+
+def _shape_branch(scale: float) -> Callable[[], Any]:
+    """A model symbolic_trace cannot follow (it branches on a shape), scaling by ``scale``."""
+
+    class ShapeBranch(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x: Any) -> Any:
+            return self.linear(x) * scale if x.shape[-1] > 4 else x
+
+    def build() -> Any:
+        torch.manual_seed(0)
+        return ShapeBranch().eval()
+
+    return build
+
+
+def _eight(seed: int) -> tuple[Any, ...]:
+    return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_a_model_symbolic_trace_cannot_follow_is_keyed_by_torch_export() -> None:
+    with pytest.raises(torch.fx.proxy.TraceError):
+        torch.fx.symbolic_trace(_shape_branch(2.0)())
+    twice, again, thrice = (
+        program_fingerprint(ModelSpec(name, _shape_branch(scale), _eight, ""))
+        for name, scale in (("twice", 2.0), ("again", 2.0), ("thrice", 3.0))
+    )
+    assert twice == again != thrice
+
+
+def test_another_executorch_version_changes_the_key(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_project(tmp_path)
+    spec = load_project(tmp_path)
+    installed = artifact_key(spec, "fp32")
+    real = metadata.version
+    monkeypatch.setattr(
+        metadata, "version", lambda name: "1.99.0" if name == "executorch" else real(name)
+    )
+    assert artifact_key(spec, "fp32") != installed
+
+
+#: Prints the key of the project in argv[1], as a fresh interpreter computes it.
+KEY_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import user_factory
+from pytest_sme2.export import artifact_key
+from pytest_sme2.models import ModelSpec
+spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
+print(artifact_key(spec, "fp32"))
+"""
+
+
+def test_an_unchanged_model_has_one_key_in_every_process_and_checkout(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("USER_NET_WIDTH", raising=False)
+    checkouts = [tmp_path / "one", tmp_path / "elsewhere" / "two"]
+    for checkout in checkouts:
+        _write_project(checkout)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", KEY_SCRIPT, str(checkout)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for checkout in checkouts
+    ]
+    keys = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-2000:]
+        keys.append(stdout.split()[-1])
+    assert keys[0] == keys[1] == artifact_key(load_project(checkouts[0]), "fp32")
