@@ -17,6 +17,10 @@ that registers the model. It never lowers: executorch is imported inside the bui
 are built under a file lock and renamed into place (:func:`pytest_sme2.cache.cached_dir`), so
 concurrent pytest-xdist workers export once.
 
+Warnings and log records that torch, executorch and torchao raise about themselves during an
+export are silenced (a cold export of toy_cnn's four dtypes printed 40, none about the model);
+the model's own warnings pass through (:func:`_quiet_libraries`).
+
 Dtypes (what the program takes is what a user of that precision feeds it):
 
 - ``fp32``: the model as is.
@@ -42,6 +46,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -49,6 +54,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +62,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from operator import attrgetter
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from filelock import FileLock
@@ -80,6 +87,9 @@ EXAMPLE_SEED = 0
 CALIBRATION_SEEDS: tuple[int, ...] = (1, 2, 3, 4)
 #: Packages whose versions change programs; part of the key and of the manifest.
 VERSIONED_PACKAGES: tuple[str, ...] = ("torch", "executorch", "torchao")
+#: Whose warnings and log records an export silences: theirs, about themselves (see
+#: :func:`_quiet_libraries`).
+QUIET_LIBRARIES: tuple[str, ...] = ("torch", "executorch", "torchao")
 
 MANIFEST_NAME = "artifact.json"
 INPUTS_NAME = "inputs.tensors"
@@ -165,7 +175,9 @@ def program_fingerprint(spec: ModelSpec) -> str:
     """
     fingerprint = _FINGERPRINTS.get(spec)
     if fingerprint is None:
-        fingerprint = _FINGERPRINTS[spec] = _hash_program(spec)
+        with _quiet_libraries():
+            fingerprint = _hash_program(spec)
+        _FINGERPRINTS[spec] = fingerprint
     return fingerprint
 
 
@@ -312,6 +324,76 @@ def _plain(value: Any) -> str | None:
     return None
 
 
+@contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """Silence the warnings and log records torch, executorch and torchao raise while exporting.
+
+    A cold export of toy_cnn's four dtypes printed 40 warnings (the libraries' deprecations of
+    their own internals) and torchao logged that it found no triton: nothing a user can act on,
+    and it buries what they can. A warning is the libraries' when the code that issued it is theirs — found by walking
+    the stack from the ``warnings.warn`` call outward past the standard library and
+    typing_extensions, which issue deprecations on their behalf (half of a toy_cnn export's are
+    attributed to ``copyreg``, inside a deepcopy, and so escape a ``filterwarnings`` module
+    pattern). The rest — the model's own warnings — are issued again, in order and once each,
+    when the block ends, through the caller's filters (an ``error`` filter raises them then).
+    Inside the block every warning is collected rather than filtered, so a caller's ``error``
+    filter cannot turn a library's deprecation into a failed export.
+
+    Log records below ERROR from those libraries' loggers are dropped for the block's duration.
+    """
+    kept: dict[tuple[Any, ...], tuple[warnings.WarningMessage, str | None]] = {}
+
+    def collect(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        issuer = sys._getframe(1)
+        if not _issued_by_libraries(issuer):
+            warning = warnings.WarningMessage(message, category, filename, lineno, file, line)
+            # The module it is attributed to, for the caller's module-pattern filters.
+            frames = (f for f in _frames(issuer) if f.f_code.co_filename == filename)
+            module = next((f.f_globals.get("__name__") for f in frames), None)
+            kept.setdefault((category, str(message), filename, lineno), (warning, module))
+
+    loggers = [logging.getLogger(name) for name in QUIET_LIBRARIES]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = collect
+        for logger in loggers:
+            logger.setLevel(max(logger.level, logging.ERROR))
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+    for warning, module in kept.values():
+        warnings.warn_explicit(
+            warning.message, warning.category, warning.filename, warning.lineno, module
+        )
+
+
+def _frames(frame: FrameType | None) -> Iterator[FrameType]:
+    """``frame`` and its callers, innermost first."""
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _issued_by_libraries(frame: FrameType) -> bool:
+    """Whether the first frame from ``frame`` outward that is not the standard library's (nor
+    typing_extensions', a backport of it) belongs to one of :data:`QUIET_LIBRARIES`."""
+    for caller in _frames(frame):
+        package = caller.f_globals.get("__name__", "").partition(".")[0]
+        if package not in sys.stdlib_module_names and package != "typing_extensions":
+            return package in QUIET_LIBRARIES
+    return False
+
+
 def artifact_dir(spec: ModelSpec, dtype: str, cache_dir: Path | None = None) -> Path:
     """Where ``spec`` × ``dtype`` is (or would be) cached: ``<model>-<dtype>-<key>`` under
     ``cache_dir``, by default ``<cache_root()>/exports``."""
@@ -343,7 +425,12 @@ def export_model(
         raise previous
     try:
         key = directory.name.rsplit("-", 1)[-1]
-        cached_dir(directory, lambda tmp: _build(spec, dtype, key, tmp))
+
+        def build(out: Path) -> None:
+            with _quiet_libraries():
+                _build(spec, dtype, key, out)
+
+        cached_dir(directory, build)
         artifact = _load(directory, spec.name, dtype)
         if check_numerics:
             if artifact.numerics is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
@@ -23,7 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
 from pytest_sme2 import export  # noqa: E402
-from pytest_sme2.export import artifact_key, program_fingerprint  # noqa: E402
+from pytest_sme2.export import artifact_key, export_model, program_fingerprint  # noqa: E402
 from pytest_sme2.models import ModelSpec  # noqa: E402
 
 #: A user's model class, in a module of its own: 1×1 "pre" convolutions whose kernels the factory
@@ -274,3 +275,43 @@ def test_an_unchanged_model_has_one_key_in_every_process_and_checkout(
         assert proc.returncode == 0, stderr[-2000:]
         keys.append(stdout.split()[-1])
     assert keys[0] == keys[1] == artifact_key(load_project(checkouts[0]), "fp32")
+
+
+# --- an export is quiet about the libraries and not about the model -----------------------------
+
+
+def _warning_model() -> Any:
+    """A tiny conv whose factory and forward both warn: the user's warnings."""
+
+    class Warns(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x: Any) -> Any:
+            warnings.warn("the model's forward warns", UserWarning, stacklevel=1)
+            return self.conv(x)
+
+    warnings.warn("the model's factory warns", UserWarning, stacklevel=1)
+    torch.manual_seed(0)
+    return Warns().eval()
+
+
+def _image(seed: int) -> tuple[Any, ...]:
+    return (torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_an_export_keeps_the_models_warnings_and_silences_the_libraries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = ModelSpec("warns", _warning_model, _image, "", ("int8",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_model(spec, "int8", cache_dir=tmp_path)
+    shown = {(str(w.message), Path(w.filename).name) for w in caught}
+    assert shown == {
+        ("the model's factory warns", Path(__file__).name),
+        ("the model's forward warns", Path(__file__).name),
+    }
+    libraries = ("torch", "executorch", "torchao")
+    assert not [r for r in caplog.records if r.name.partition(".")[0] in libraries]
