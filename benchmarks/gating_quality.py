@@ -3,9 +3,9 @@
 Issue 9's instrument. A user's model (a plain-torch CNN, ~4 ms per run on this 2-core host) is
 registered in a temporary project, its input width read from ``SME2_GATING_WIDTH`` (height fixed).
 Every layer's work grows with the pixels (strides 2 and 2, widths divisible by 4), so a width
-+5 % / +10 % is +5 % / +10 % work, exported afresh as a program of its own: the model also lists
-a file per width in ``extra_files``, so that an export cache keyed on the model's files cannot hand
-back another width's program, and every session checks the input shape of the program it ran.
++5 % / +10 % is +5 % / +10 % work, exported afresh as a program of its own (the export cache is
+keyed by the traced program and its inputs, so each width is its own entry), and every session
+checks the input shape of the program it ran.
 
 1. One short warm-up session per width exports it (the export cache is the normal one) and proves
    the program takes that width; nothing is timed while anything exports.
@@ -79,7 +79,6 @@ SESSION_TIMEOUT_S = 900
 CONFTEST = '''"""A user's project: one model whose input width comes from ${env}."""
 
 import os
-from pathlib import Path
 
 import torch
 
@@ -87,9 +86,6 @@ from pytest_sme2 import register_model
 
 HEIGHT = {height}
 WIDTH = int(os.environ["{env}"])
-# Whatever the export cache keys a model on (its files, or its traced program), this file, one per
-# width, makes every width an export of its own.
-WIDTH_FILE = Path(__file__).parent / "widths" / f"{{WIDTH}}.txt"
 
 
 def gating_inputs(seed):
@@ -97,7 +93,7 @@ def gating_inputs(seed):
     return (torch.randn(1, 3, HEIGHT, WIDTH, generator=generator),)
 
 
-@register_model("{model}", inputs=gating_inputs, dtypes=("fp32",), extra_files=[WIDTH_FILE])
+@register_model("{model}", inputs=gating_inputs, dtypes=("fp32",))
 def gating_net():
     """Four 3x3 convolutions (two of stride 2) and a linear: work grows with the pixels."""
     torch.manual_seed(0)
@@ -458,14 +454,12 @@ def main() -> int:
     project, sessions_dir = root / "project", root / "sessions"
     for stale in (project, sessions_dir, root / "warm-baselines"):
         shutil.rmtree(stale, ignore_errors=True)
-    (project / "widths").mkdir(parents=True)
+    project.mkdir(parents=True)
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "conftest.py").write_text(
         CONFTEST.format(env=WIDTH_ENV, height=args.height, model=MODEL)
     )
     (project / "test_gating.py").write_text(SUITE.format(prop=INPUTS_PROPERTY))
-    for cell in cells:
-        (project / "widths" / f"{cell.width}.txt").write_text(f"{cell.width}\n")
     baselines = project / "baselines"
     extra = list(args.pytest_arg)
     if args.tolerance:
