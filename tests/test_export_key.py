@@ -3,12 +3,15 @@
 A key of the factory's source file alone handed back the old ``.pte`` when the model's class lived
 in another module, when its width came from an environment variable or its layers from a weights
 file: the suite then measured the old program and passed (issue 9). These tests change each of
-those and check the key.
+those and check the key, then go end to end through an inner pytest session: a user project
+records its baselines, changes its model outside the file that registers it, and the next run
+must fail on the gate that sees the change, naming it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import warnings
@@ -26,6 +29,8 @@ pytest.importorskip("executorch")
 from pytest_sme2 import export  # noqa: E402
 from pytest_sme2.export import artifact_key, export_model, program_fingerprint  # noqa: E402
 from pytest_sme2.models import ModelSpec  # noqa: E402
+
+pytest_plugins = ["pytester"]
 
 #: A user's model class, in a module of its own: 1×1 "pre" convolutions whose kernels the factory
 #: reads from a weights file (one per tensor in it), then a body of 3×3 convolutions ``width``
@@ -315,3 +320,93 @@ def test_an_export_keeps_the_models_warnings_and_silences_the_libraries(
     }
     libraries = ("torch", "executorch", "torchao")
     assert not [r for r in caplog.records if r.name.partition(".")[0] in libraries]
+
+
+# --- end to end: a user project's change fails the next run -------------------------------------
+
+
+CONFTEST = """
+from pytest_sme2 import register_model
+from user_factory import inputs, user_net
+
+register_model("user_net", inputs=inputs, dtypes=("fp32",))(user_net)
+"""
+
+SUITE = """
+import pytest
+
+@pytest.mark.sme2()
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
+
+#: Few runs and a 25 % latency tolerance, as in test_plugin.py: these run beside another xdist
+#: worker. The latency change below is ~50× the work, far beyond any neighbour's noise.
+FAST = [
+    "-p",
+    "no:cacheprovider",
+    "--sme2-runs=20",
+    "--sme2-rounds=4",
+    "--sme2-traced-runs=2",
+    "--sme2-warmup=2",
+    "--sme2-latency-tolerance=25",
+]
+
+
+def _change_class(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = project / "usernet.py"
+    path.write_text(path.read_text().replace(*TWO_MORE_CONVS))
+
+
+def _change_weights_file(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = torch.load(project / "pre.pt")
+    torch.save(kernels * 3, project / "pre.pt")  # two more 1×1 convolutions to run
+
+
+def _widen_by_environment(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER_NET_WIDTH", "64")  # 8 → 64 channels: ~50× the body's work
+
+
+#: What changes, and the lines of the failure that must name it.
+CHANGES = {
+    "class-gains-two-convs": (
+        _change_class,
+        [
+            "*operator structure of user_net[[]fp32] on host (sme2-off) changed from the baseline*",
+            "*Convolution (NHWC, F32) IGEMM ×2 → ×4/run*",
+        ],
+    ),
+    "weights-file-adds-two-convs": (
+        _change_weights_file,
+        [
+            "*operator structure of user_net[[]fp32] on host (sme2-off) changed from the baseline*",
+            # 1×1 convolutions over 3 channels run as XNNPACK GEMMs, as does the linear head
+            "*Fully Connected (NC, F32) GEMM ×2 → ×4/run*",
+        ],
+    ),
+    "environment-widens": (
+        _widen_by_environment,
+        ["*E2E latency of user_net[[]fp32] on host (sme2-off) rose *%*beyond the 25% tolerance*"],
+    ),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_change_outside_the_registering_file_fails_the_next_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    monkeypatch.delenv("USER_NET_WIDTH", raising=False)
+    project = pytester.path
+    _write_project(project)
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=SUITE)
+    recorded = pytester.runpytest_subprocess(*FAST, "--sme2-update-baselines")
+    recorded.assert_outcomes(passed=1)
+    baseline = json.loads((project / "baselines" / "host" / "user_net-fp32.json").read_text())
+    assert baseline["model"] == "user_net"
+
+    apply, expected = CHANGES[change]
+    apply(project, monkeypatch)
+    changed = pytester.runpytest_subprocess(*FAST)
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(expected)
