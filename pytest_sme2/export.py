@@ -330,14 +330,14 @@ def _quiet_libraries() -> Iterator[None]:
 
     A cold export of toy_cnn's four dtypes printed 40 warnings (the libraries' deprecations of
     their own internals) and torchao logged that it found no triton: nothing a user can act on,
-    and it buries what they can. A warning is the libraries' when the code that issued it is theirs — found by walking
-    the stack from the ``warnings.warn`` call outward past the standard library and
-    typing_extensions, which issue deprecations on their behalf (half of a toy_cnn export's are
-    attributed to ``copyreg``, inside a deepcopy, and so escape a ``filterwarnings`` module
-    pattern). The rest — the model's own warnings — are issued again, in order and once each,
-    when the block ends, through the caller's filters (an ``error`` filter raises them then).
-    Inside the block every warning is collected rather than filtered, so a caller's ``error``
-    filter cannot turn a library's deprecation into a failed export.
+    and it buries what they can. A warning is the libraries' when the code that issued it is
+    theirs — found by walking the stack from the ``warnings.warn`` call outward past the
+    standard library and typing_extensions, which issue deprecations on their behalf (half of a
+    toy_cnn export's are attributed to ``copyreg``, inside a deepcopy, and so escape a
+    ``filterwarnings`` module pattern). The rest — the model's own warnings — are issued again,
+    in order and once each, when the block ends, through the caller's filters (an ``error``
+    filter raises them then). Inside the block every warning is collected rather than filtered,
+    so a caller's ``error`` filter cannot turn a library's deprecation into a failed export.
 
     Log records below ERROR from those libraries' loggers are dropped for the block's duration.
     """
