@@ -28,6 +28,10 @@ OTHER = "Other"
 NAMED_CATEGORIES = tuple(c for c in CATEGORIES if c != OTHER)
 DELEGATE_CALL = "DELEGATE_CALL"
 OPERATOR_CALL = "OPERATOR_CALL"
+MILLISECONDS = "ms"
+#: the unit of a profile of an instruction-timed trace (:mod:`pytest_sme2.attribution`): its
+#: "ns" are instructions, so its "ms" are millions of instructions
+INSTRUCTIONS = "M instr"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ class Profile:
 
     ``categories_ms`` and ``subcategories_ms`` are mean milliseconds per run; the five categories
     sum to ``latency.mean_ms``. ``operators`` is sorted by total time, largest first.
+
+    Every ``*_ms`` value is in ``unit``: milliseconds, or — for a device whose time means nothing
+    but which counts instructions (qemu-sme2) — millions of guest instructions
+    (:data:`INSTRUCTIONS`), so shares, the Other residual and the top operators follow the same
+    rules in both.
     """
 
     e2e_ms: tuple[float, ...]
@@ -65,6 +74,11 @@ class Profile:
     non_delegated_ms: float
     #: delegate call instruction id → backend name, from the ETRecord when one was given
     backends: Mapping[int, str] = field(default_factory=dict)
+    unit: str = MILLISECONDS
+
+    @property
+    def counts_instructions(self) -> bool:
+        return self.unit == INSTRUCTIONS
 
     @property
     def runs(self) -> int:
@@ -102,10 +116,12 @@ def profile(
     warmup: int = 0,
     classifier: Classifier | None = None,
     backends: Mapping[int, str] | None = None,
+    unit: str = MILLISECONDS,
 ) -> Profile:
     """Summarise ``trace`` dropping its first ``warmup`` runs (cold: allocation, weight packing).
 
     ``backends`` (``pytest_sme2.etrecord.delegate_backends``) names delegated operators' backend.
+    ``unit`` says what the trace's times are: :data:`INSTRUCTIONS` for an instruction-timed one.
     """
     classifier = classifier or Classifier()
     kept = trace.runs[warmup:]
@@ -173,6 +189,7 @@ def profile(
         delegated_ms=delegated_ms / n,
         non_delegated_ms=non_delegated_ms / n,
         backends=dict(backends or {}),
+        unit=unit,
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pytest_sme2.runner.invoke import RunPlan, RunResult
+from pytest_sme2.trace import Trace
 
 
 class Variant(enum.StrEnum):
@@ -100,6 +101,9 @@ class Sme2Evidence:
     sme_kernels: tuple[str, ...] = ()
     #: where the evidence comes from, for reports: "qemu exec log", "XNNPACK kernel log", …
     source: str = ""
+    #: the counted inference's ETDump run timed in instructions (1 "ns" = 1 instruction), where
+    #: the device can split its count between events (:mod:`pytest_sme2.attribution`)
+    instruction_trace: Trace | None = None
 
 
 OptionGetter = Callable[[str], Any]

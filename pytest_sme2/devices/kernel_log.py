@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pytest_sme2.devices.base import Sme2Evidence
+from pytest_sme2.trace import Trace
 
 _USING = re.compile(r"Using (\w+) microkernel '(\w+)'")
 # xnn_<dtypes>_<op>[_<variant>]_ukernel[_<shape>][__<arch chain>]
@@ -166,6 +167,7 @@ def kernel_evidence(
     source: str,
     instructions: int | None = None,
     sme_instructions: int | None = None,
+    instruction_trace: Trace | None = None,
 ) -> Sme2Evidence:
     """Evidence from kernel names that ran: the SME2 ones, and the SME1-only compute ones (sorted).
 
@@ -183,4 +185,5 @@ def kernel_evidence(
             if kernel_isa(name) is Isa.SME and "pack" not in name.lower().split("_")
         ),
         source=source,
+        instruction_trace=instruction_trace,
     )

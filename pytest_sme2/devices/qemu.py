@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_sme2.attribution import instruction_trace
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import cpu_model, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence
@@ -29,6 +30,7 @@ from pytest_sme2.devices.qemu_log import EXECUTE_SYMBOL, InstructionCount, count
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner.build import build_runner, executorch_version
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+from pytest_sme2.trace import read_etdump
 
 SME_VECTOR_LENGTHS = (16, 32, 64)
 """Streaming vector lengths in bytes the wheel's KleidiAI kernels run with (128 crashes them)."""
@@ -39,6 +41,7 @@ kernels' instruction counts scale with it, so the ratios should be those of real
 
 EVIDENCE_SOURCE = "qemu exec log"
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 _NOT_A_SIGNAL = "qemu-sme2 emulates SME2: its time is not a performance signal"
 
 
@@ -157,12 +160,14 @@ class QemuSme2Device(Device):
     def evidence(
         self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
     ) -> Sme2Evidence:
-        """Instructions of one steady-state inference and the kernels it executed.
+        """Instructions of one steady-state inference, split by its ETDump events, and the
+        kernels it executed.
 
-        One run of two inferences with qemu's execution log streamed through a FIFO into the
-        counter (the log, 300+ MB per inference, never touches the disk); the second inference is
-        counted — the first carries one-time set-up (see
-        :func:`pytest_sme2.devices.qemu_log.count_calls`).
+        One traced run of two inferences with qemu's execution log streamed through a FIFO into
+        the counter (the log, 300+ MB per inference, never touches the disk); the second
+        inference is counted — the first carries one-time set-up (see
+        :func:`pytest_sme2.devices.qemu_log.count_calls`) — and its clock reads line up with its
+        ETDump events (:func:`pytest_sme2.attribution.instruction_trace`).
         """
         toolchain, binary = self._prepared()
         workdir.mkdir(parents=True, exist_ok=True)
@@ -170,9 +175,9 @@ class QemuSme2Device(Device):
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo)
         libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
-        plan = RunPlan(runs=1, warmup=1, threads=threads, traced=False)
+        plan = RunPlan(runs=1, warmup=1, threads=threads, traced=True)
         try:
-            calls = _count_while(
+            calls, result = _count_while(
                 fifo,
                 lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL),
                 lambda: run_runner(
@@ -192,12 +197,17 @@ class QemuSme2Device(Device):
                 f"{model}: the qemu log shows {len(calls)} inference(s), the runner ran "
                 f"{plan.warmup + plan.runs}"
             )
+        assert result.etdump is not None, "a traced run always writes an ETDump"
         inference = calls[-1]
+        counted = instruction_trace(
+            read_etdump(result.etdump), len(calls) - 1, inference.clock_reads
+        )
         return kernel_evidence(
             executed_kernels(inference),
             source=EVIDENCE_SOURCE,
-            instructions=inference.total,
+            instructions=counted.runs[0].e2e_ns,
             sme_instructions=inference.sme,
+            instruction_trace=counted,
         )
 
 
@@ -211,8 +221,9 @@ def executed_kernels(count: InstructionCount) -> list[str]:
     ]
 
 
-def _count_while(fifo: Path, read: Callable[[], _T], run: Callable[[], Any]) -> _T:
-    """``read()`` the FIFO in a thread while ``run()`` writes it; ``run``'s error wins.
+def _count_while(fifo: Path, read: Callable[[], _T], run: Callable[[], _R]) -> tuple[_T, _R]:
+    """``read()`` the FIFO in a thread while ``run()`` writes it; both results, ``run``'s error
+    wins.
 
     qemu opens the log when it starts; if it never does (it could not start) or the reader stops
     early, the reader would block forever, so after ``run`` returns the FIFO is opened for
@@ -233,7 +244,7 @@ def _count_while(fifo: Path, read: Callable[[], _T], run: Callable[[], Any]) -> 
     thread = threading.Thread(target=reader, name="qemu-exec-log", daemon=True)
     thread.start()
     try:
-        run()
+        ran = run()
     finally:
         while thread.is_alive():
             try:
@@ -244,4 +255,4 @@ def _count_while(fifo: Path, read: Callable[[], _T], run: Callable[[], Any]) -> 
             thread.join(timeout=0.1)
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]
+    return outcome["value"], ran

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pytest_sme2.attribution import ClockRead
 from pytest_sme2.errors import TraceError
 
 QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
@@ -57,6 +58,8 @@ UNMAPPED = ""
 _OPENAT = re.compile(rb'^\d+ openat\(\w+,"((?:[^"\\]|\\.)*)",[^)]*\) = (\d+)$')
 _CLOSE = re.compile(rb"^\d+ close\((\d+)\) = 0$")
 _CLOCK = re.compile(rb"^\d+ clock_gettime\(")
+#: what qemu's strace prints ``clock_gettime`` returned: ``= 0 ({tv_sec = 289,tv_nsec = 7663})``
+_CLOCK_VALUE = re.compile(rb"= 0 \(\{tv_sec = (\d+),tv_nsec = (\d+)\}\)")
 _MMAP = re.compile(
     rb"^\d+ mmap\((?:NULL|0x[0-9a-f]+),(\d+),([A-Z_|]+),[A-Z_|]+,(\d+),(0x[0-9a-f]+|\d+)\)"
     rb" = 0x([0-9a-f]+)$"
@@ -92,6 +95,9 @@ class InstructionCount:
     sme_functions: Mapping[str, int]
     libraries: Mapping[str, int]
     blocks: int
+    #: every clock read of a call counted by :func:`count_calls`, in order (empty otherwise):
+    #: what splits the call's count between its ETDump events (:mod:`pytest_sme2.attribution`)
+    clock_reads: tuple[ClockRead, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class _Segment:
         self.insns: Counter[int] = Counter()  # executed instructions per pc
         self.sme: Counter[int] = Counter()
         self.executions = 0
+        self.instructions = 0  # sum of ``insns``, kept as folded
 
     def fold(self, blocks: Mapping[int, _Block]) -> None:
         """Count the pending Trace lines with the blocks' current shapes."""
@@ -182,6 +189,7 @@ class _Segment:
             if block is None:  # never translated in this log: nothing to count it with
                 continue
             self.insns[pc] += count * block.insns
+            self.instructions += count * block.insns
             if block.sme:
                 self.sme[pc] += count * block.sme
             self.executions += count
@@ -192,6 +200,7 @@ class _Segment:
         self.insns.update(other.insns)
         self.sme.update(other.sme)
         self.executions += other.executions
+        self.instructions += other.instructions
 
 
 class _Call:
@@ -205,11 +214,13 @@ class _Call:
     def __init__(self) -> None:
         self.counted = _Segment()
         self.tail = _Segment()
+        self.reads: list[ClockRead] = []
 
-    def clock_read(self, blocks: Mapping[int, _Block]) -> None:
+    def clock_read(self, blocks: Mapping[int, _Block], ns: int | None) -> None:
         self.tail.fold(blocks)
         self.counted.absorb(self.tail)
         self.tail = _Segment()
+        self.reads.append(ClockRead(ns, self.counted.instructions))
 
     def end(self, blocks: Mapping[int, _Block]) -> _Segment:
         self.tail.fold(blocks)
@@ -265,7 +276,7 @@ def _stream(
     call ends the calls (see :func:`count_calls`)."""
     blocks: dict[int, _Block] = {}
     whole = _Segment()
-    calls: list[_Segment] = []
+    calls: list[tuple[_Segment, tuple[ClockRead, ...]]] = []
     call: _Call | None = None
     segment: _Segment | None = None if marker else whole  # where Trace lines go; None: nowhere
     fds: dict[int, str] = {}
@@ -283,7 +294,7 @@ def _stream(
             if line.startswith(b"Trace "):
                 if entry is not None and entry in line:
                     if call is not None:
-                        calls.append(call.end(blocks))
+                        calls.append((call.end(blocks), tuple(call.reads)))
                     call = _Call()
                     segment = call.tail
                 if segment is not None:
@@ -309,7 +320,8 @@ def _stream(
                     blocks[block_pc] = block
                     block_pc, block_insns, block_sme = None, 0, 0
             elif call is not None and _CLOCK.match(line):
-                call.clock_read(blocks)
+                value = _CLOCK_VALUE.search(line)
+                call.clock_read(blocks, int(value[1]) * 10**9 + int(value[2]) if value else None)
                 segment = call.tail
             elif match := _OPENAT.match(line.rstrip(b"\n")):
                 if call is not None:
@@ -330,16 +342,16 @@ def _stream(
     if marker:
         if call is None:
             raise TraceError(log_path, f"{marker[0]} never ran in the logged run")
-        calls.append(call.end(blocks))
+        calls.append((call.end(blocks), tuple(call.reads)))
     else:
         whole.fold(blocks)
-        calls.append(whole)
-    if sum(segment.executions for segment in calls) == 0:
+        calls.append((whole, ()))
+    if sum(segment.executions for segment, _ in calls) == 0:
         raise TraceError(
             log_path, f"no executed blocks in the qemu log: run qemu with -d {QEMU_LOG_FLAGS}"
         )
     ordered = sorted(mappings.values(), key=lambda m: m.start)
-    return [_attribute(segment, blocks, ordered, tables) for segment in calls]
+    return [_attribute(segment, reads, blocks, ordered, tables) for segment, reads in calls]
 
 
 def _drain(handle: BinaryIO) -> None:
@@ -352,6 +364,7 @@ def _drain(handle: BinaryIO) -> None:
 
 def _attribute(
     tally: _Segment,
+    reads: tuple[ClockRead, ...],
     blocks: Mapping[int, _Block],
     mappings: list[_Mapping],
     symbol_tables: list[_Symbols],
@@ -383,4 +396,5 @@ def _attribute(
         sme_functions=dict(sme_functions.most_common()),
         libraries=dict(libraries.most_common()),
         blocks=tally.executions,
+        clock_reads=reads,
     )
