@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_sme2.analysis import Comparison, Profile, compare, profile
+from pytest_sme2.analysis import INSTRUCTIONS, Comparison, Profile, compare, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.errors import ConfigError, RunnerError
@@ -157,12 +157,16 @@ def measure(
         evidence = device.evidence(
             pte, inputs, variant, plan.threads, workdir / f"{variant}-evidence"
         )
+        counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
         measured[variant] = VariantMeasurement(
             variant=variant,
             latencies_ms=tuple(ms for r in timing[variant] for ms in r.latencies_ms)
             or traced.latencies_ms,
             trace=trace,
-            profile=profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
+            # where time means nothing, the profile is the counted inference's instructions
+            profile=profile(counted, classifier=classifier, backends=backends, unit=INSTRUCTIONS)
+            if counted is not None
+            else profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
             traced=traced,
             timing_runs=tuple(timing[variant]),
             evidence=evidence,

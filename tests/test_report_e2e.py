@@ -107,12 +107,30 @@ def dump_dom(browser: str, page: Path, profile: Path) -> str:
     return proc.stdout
 
 
-def test_html_report_renders_in_headless_chromium(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+def rendered_charts(dom: str) -> set[str]:
+    """The charts the probe found decoded and laid out, each with a non-zero size."""
+    match = re.search(r'<pre id="sme2-probe">([^<]*)</pre>', dom)
+    assert match, "the probe never ran: no chart image found or the page did not load"
+    charts = {}
+    for entry in match.group(1).split(";"):
+        name, *sizes = entry.split(",")
+        charts[name] = tuple(int(v) for v in sizes)
+    for name, (natural_w, natural_h, shown_w, shown_h) in charts.items():
+        assert min(natural_w, natural_h, shown_w, shown_h) > 0, name
+    return set(charts)
+
+
+def chromium() -> str:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed: run scripts/install_chromium.sh")
+    return browser
+
+
+def test_html_report_renders_in_headless_chromium(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    browser = chromium()
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyfile(test_tiny=INNER_TEST)
@@ -150,17 +168,48 @@ def test_html_report_renders_in_headless_chromium(
     probe_page = tmp_path / "probe.html"
     probe_page.write_text(html.replace("</body>", PROBE + "</body>"))
     dom = dump_dom(browser, probe_page, tmp_path / "chromium-profile")
-    match = re.search(r'<pre id="sme2-probe">([^<]*)</pre>', dom)
-    assert match, "the probe never ran: no chart image found or the page did not load"
-    charts = {}
-    for entry in match.group(1).split(";"):
-        name, *sizes = entry.split(",")
-        charts[name] = tuple(int(v) for v in sizes)
-    assert set(charts) == {"categories", "latency"}
-    for name, (natural_w, natural_h, shown_w, shown_h) in charts.items():
-        assert min(natural_w, natural_h, shown_w, shown_h) > 0, name
+    assert rendered_charts(dom) == {"categories", "latency"}
     assert dom.count('class="sme2-table"') >= 5
     for header in ("Device", "Model", "Dtype", "E2E off (ms)", "E2E on (ms)", "Speedup"):
         assert re.search(rf'<th class="col-sme2-[\w-]+">{re.escape(header)}</th>', dom), header
     assert '<td class="col-sme2-model">report_tiny</td>' in dom
     assert "Only sme2-off was measured" in dom  # x86 host: one variant, said once
+
+
+def test_qemu_html_report_shows_instructions_not_emulated_time(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """On qemu-sme2 the report is about instructions: per inference, per category and operator,
+    with their shares and the off ÷ on ratio; no latency table or chart of emulated time."""
+    browser = chromium()
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(test_tiny=INNER_TEST)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        "--sme2-models=report_tiny",
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        "--sme2-update-baselines",
+        "--html=report.html",
+        "--self-contained-html",
+        timeout=900,
+    )
+    result.assert_outcomes(passed=1)
+    html = (pytester.path / "report.html").read_text()
+    probe_page = tmp_path / "probe.html"
+    probe_page.write_text(html.replace("</body>", PROBE + "</body>"))
+    dom = dump_dom(browser, probe_page, tmp_path / "chromium-profile")
+    assert rendered_charts(dom) == {"categories"}
+    for text in (
+        "Instructions per inference (qemu exec log, one steady-state inference)",
+        "instructions/inference",
+        "SME instructions",
+        "Categories (mean M instr per traced run)",
+        "sme2-off M instr/run",
+        "sme2-on share",
+        "instructions off ÷ on",
+    ):
+        assert text in dom, text
+    assert "<h4>Latency" not in dom and "median ms" not in dom

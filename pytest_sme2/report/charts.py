@@ -16,7 +16,13 @@ from matplotlib.figure import Figure
 
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.measure import Measurement
-from pytest_sme2.report.content import case_title, latency_source, ordered_variants
+from pytest_sme2.report.content import (
+    case_title,
+    counts_instructions,
+    latency_source,
+    ordered_variants,
+    unit,
+)
 
 #: One colour per category, the same in every chart (colour-blind safe Tableau order).
 CATEGORY_COLOURS = {
@@ -38,8 +44,10 @@ def _png(fig: Figure) -> bytes:
 
 
 def category_chart(m: Measurement) -> bytes:
-    """Stacked bars of mean ms per traced run by category, one bar per variant, % labels."""
+    """Stacked bars of mean ms (or, where the device counts instructions, millions of
+    instructions) per traced run by category, one bar per variant, % labels."""
     variants = ordered_variants(m)
+    u = unit(m)
     fig = Figure(figsize=(6.4, 4.2), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(variants))
@@ -55,7 +63,7 @@ def category_chart(m: Measurement) -> bytes:
                 ax.text(
                     x[i],
                     bottoms[i] + heights[i] / 2,
-                    f"{values[i]:.3g} ms ({100 * share:.0f}%)",
+                    f"{values[i]:.3g} {u} ({100 * share:.0f}%)",
                     ha="center",
                     va="center",
                     fontsize=8,
@@ -67,7 +75,7 @@ def category_chart(m: Measurement) -> bytes:
         ax.text(
             x[i],
             bottoms[i],
-            f"E2E {m.variants[v].profile.latency.mean_ms:.3g} ms",
+            f"E2E {m.variants[v].profile.latency.mean_ms:.3g} {u}",
             ha="center",
             va="bottom",
             fontsize=9,
@@ -75,8 +83,12 @@ def category_chart(m: Measurement) -> bytes:
     ax.set_xticks(x, [str(v) for v in variants])
     ax.set_xlim(-0.75, len(variants) - 0.25)
     ax.set_ylim(0, max(bottoms.max(), 1e-9) * 1.12)
-    ax.set_ylabel("ms per run (traced runs, mean)")
-    ax.set_title(f"Where the time goes: {case_title(m)}", fontsize=10)
+    if counts_instructions(m):
+        ax.set_ylabel(f"{u} per inference (guest instructions, millions)")
+        ax.set_title(f"Where the instructions go: {case_title(m)}", fontsize=10)
+    else:
+        ax.set_ylabel("ms per run (traced runs, mean)")
+        ax.set_title(f"Where the time goes: {case_title(m)}", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return _png(fig)
 
@@ -103,7 +115,10 @@ def latency_chart(m: Measurement) -> bytes:
 
 
 def render_charts(m: Measurement) -> dict[str, bytes]:
-    """Every chart of a measurement, by file stem."""
+    """Every chart of a measurement, by file stem; no latency chart where the profiles count
+    instructions (emulated time is no signal)."""
+    if counts_instructions(m):
+        return {"categories": category_chart(m)}
     return {"categories": category_chart(m), "latency": latency_chart(m)}
 
 

@@ -75,6 +75,21 @@ def ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
+def unit(m: Measurement) -> str:
+    """What the profiles' values are: ``ms``, or ``M instr`` (millions of guest instructions)
+    where the device counts instructions because its time means nothing (qemu-sme2)."""
+    return m.variants[headline_variant(m)].profile.unit
+
+
+def counts_instructions(m: Measurement) -> bool:
+    return m.variants[headline_variant(m)].profile.counts_instructions
+
+
+def off_on_label(m: Measurement) -> str:
+    """The header of an off ÷ on column: a speedup in time, an instruction ratio otherwise."""
+    return "instructions off ÷ on" if counts_instructions(m) else "speedup"
+
+
 def headline_variant(m: Measurement) -> Variant:
     """The variant a single number describes: SME2-on where measured (what ships), else off."""
     return Variant.ON if Variant.ON in m.variants else Variant.OFF
@@ -93,6 +108,15 @@ def case_title(m: Measurement) -> str:
 def timing_stats(m: Measurement, variant: Variant) -> LatencyStats:
     """Statistics of the variant's latencies (timing-only runs; see ``latency_source``)."""
     return LatencyStats.of(m.variants[variant].latencies_ms)
+
+
+def e2e_text(m: Measurement, variant: Variant) -> str:
+    """The variant's median E2E with its unit: timing-only milliseconds, or, where time means
+    nothing, the counted inference's millions of instructions."""
+    prof = m.variants[variant].profile
+    if prof.counts_instructions:
+        return f"{ms(prof.latency.median_ms)} {prof.unit}"
+    return f"{ms(timing_stats(m, variant).median_ms)} ms"
 
 
 def latency_source(m: Measurement) -> str:
@@ -190,6 +214,33 @@ def latency_table(m: Measurement) -> Table:
     return Table(headers, tuple(rows))
 
 
+def instruction_source(m: Measurement) -> str:
+    """Where the instruction counts come from, e.g. "qemu exec log, one steady-state inference"."""
+    sources = {vm.evidence.source for vm in m.variants.values() if vm.evidence}
+    return ", ".join(sorted(sources)) + ", one steady-state inference"
+
+
+def instruction_table(m: Measurement) -> Table:
+    """Guest instructions of one steady-state inference per variant (E2E, and how many were SME),
+    and the SME2 kernels it executed: where time means nothing, what the inference did."""
+    rows = []
+    for variant in ordered_variants(m):
+        evidence = m.variants[variant].evidence
+        total = evidence.instructions if evidence else None
+        sme = evidence.sme_instructions if evidence else None
+        rows.append(
+            (
+                str(variant),
+                "—" if total is None else f"{round(total):,}",
+                "—" if sme is None else f"{sme:,}",
+                "—" if not sme or not total else pct(sme / total),
+                str(len(evidence.sme2_kernels)) if evidence else "—",
+            )
+        )
+    headers = ("variant", "instructions/inference", "SME instructions", "SME share", "SME2 kernels")
+    return Table(headers, tuple(rows))
+
+
 def category_table(m: Measurement) -> Table:
     """Mean ms per traced run and share of E2E per category; with both variants, the speedup
     (off ÷ on) and the share change in points."""
@@ -199,7 +250,7 @@ def category_table(m: Measurement) -> Table:
         shares = prof.shares
         rows = [(c, ms(prof.categories_ms[c]), pct(shares[c])) for c in CATEGORIES]
         rows.append(("E2E (mean)", ms(prof.latency.mean_ms), pct(1.0)))
-        return Table(("category", "ms/run", "share"), tuple(rows))
+        return Table(("category", f"{prof.unit}/run", "share"), tuple(rows))
     off, on = comparison.off, comparison.on
     off_shares, on_shares = off.shares, on.shares
     speedups = comparison.category_speedups
@@ -229,11 +280,11 @@ def category_table(m: Measurement) -> Table:
     )
     headers = (
         "category",
-        f"{Variant.OFF} ms/run",
+        f"{Variant.OFF} {unit(m)}/run",
         f"{Variant.OFF} share",
-        f"{Variant.ON} ms/run",
+        f"{Variant.ON} {unit(m)}/run",
         f"{Variant.ON} share",
-        "speedup",
+        off_on_label(m),
         "share Δ (points)",
     )
     return Table(headers, tuple(rows))
@@ -250,7 +301,7 @@ def acceleration_lines(m: Measurement) -> list[str]:
         off_ms, on_ms = comparison.off.categories_ms[c], comparison.on.categories_ms[c]
         if off_ms <= 0 and on_ms <= 0:
             continue
-        lines.append(f"{c}: {ms(off_ms)} → {ms(on_ms)} ms/run ({ratio(speedups[c])})")
+        lines.append(f"{c}: {ms(off_ms)} → {ms(on_ms)} {unit(m)}/run ({ratio(speedups[c])})")
     off_top = _top_category(comparison.off)
     on_top = _top_category(comparison.on)
     if off_top != on_top:
@@ -307,10 +358,11 @@ def operator_table(m: Measurement, variant: Variant, operators: Sequence | None 
             row.append("—" if other_ms is None else ms(other_ms))
             row.append(ratio(off_ms / on_ms if off_ms is not None and on_ms else None))
         rows.append(tuple(row))
-    headers = ["operator", "category", "count/run", "total ms", "ms/run", "share", "delegated"]
+    u = prof.unit
+    headers = ["operator", "category", "count/run", f"total {u}", f"{u}/run", "share", "delegated"]
     if comparison is not None:
         other_variant = Variant.OFF if variant is Variant.ON else Variant.ON
-        headers += [f"{other_variant} ms/run", "speedup"]
+        headers += [f"{other_variant} {u}/run", off_on_label(m)]
     return Table(tuple(headers), tuple(rows))
 
 
@@ -342,9 +394,9 @@ def delegation_table(m: Measurement) -> Table:
         )
     headers = (
         "variant",
-        "delegated ms/run",
+        f"delegated {unit(m)}/run",
         "delegated share",
-        "non-delegated ms/run",
+        f"non-delegated {unit(m)}/run",
         "non-delegated share",
         "delegate calls/run",
         "non-delegated operator kinds",
@@ -443,12 +495,12 @@ def recommendations(m: Measurement) -> list[str]:
 
     outside = non_delegated(m, variant)
     if prof.latency.mean_ms and prof.non_delegated_ms / prof.latency.mean_ms >= BOTTLENECK_SHARE:
-        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} ms/run)" for op in outside[:4])
+        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in outside[:4])
         advice.append(
             f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
-            f"({ms(prof.non_delegated_ms)} ms/run): {names}. Make these operators delegable "
-            "(a supported op or dtype, or a decomposition XNNPACK lowers), or they stay on "
-            "ExecuTorch's own kernels with no SME2."
+            f"({ms(prof.non_delegated_ms)} {prof.unit}/run): {names}. Make these operators "
+            "delegable (a supported op or dtype, or a decomposition XNNPACK lowers), or they stay "
+            "on ExecuTorch's own kernels with no SME2."
         )
 
     calls = delegate_calls_per_run(m, variant)
@@ -501,7 +553,8 @@ def recommendations(m: Measurement) -> list[str]:
         )
     if shares[OTHER] >= 0.2:
         advice.append(
-            f"Other is {pct(shares[OTHER])} of E2E ({ms(prof.categories_ms[OTHER])} ms/run): "
+            f"Other is {pct(shares[OTHER])} of E2E ({ms(prof.categories_ms[OTHER])} "
+            f"{prof.unit}/run): "
             "pooling, normalization, softmax, reductions and framework overhead (time in no "
             "classified operator). Check the operator table for the largest Other entries."
         )
@@ -516,7 +569,11 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
     top = max(CATEGORIES, key=lambda c: shares[c])
 
     def median(variant: Variant) -> str:
-        return ms(timing_stats(m, variant).median_ms) if variant in m.variants else "—"
+        if variant not in m.variants:
+            return "—"
+        if counts_instructions(m):
+            return e2e_text(m, variant)
+        return ms(timing_stats(m, variant).median_ms)
 
     return {
         "model": m.model,

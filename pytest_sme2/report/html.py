@@ -85,10 +85,19 @@ def extra_html(
             f'src="{data_uri(png)}">'
         )
     parts.append("</div>")
+    if c.counts_instructions(m):  # emulated time means nothing: instructions instead
+        parts.append(
+            f"<h4>Instructions per inference ({html.escape(c.instruction_source(m))})</h4>"
+            + c.instruction_table(m).html()
+        )
+    else:
+        parts.append(
+            f"<h4>Latency ({html.escape(c.latency_source(m))})</h4>" + c.latency_table(m).html()
+        )
     parts.append(
-        f"<h4>Latency ({html.escape(c.latency_source(m))})</h4>" + c.latency_table(m).html()
+        f"<h4>Categories (mean {html.escape(c.unit(m))} per traced run)</h4>"
+        + c.category_table(m).html()
     )
-    parts.append("<h4>Categories (mean ms per traced run)</h4>" + c.category_table(m).html())
     parts.append(
         f"<h4>Top operators by share of E2E ({head})</h4>" + c.operator_table(m, head).html()
     )

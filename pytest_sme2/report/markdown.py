@@ -40,9 +40,7 @@ def case_report(
     parts = [
         f"# SME2 report: {title or c.case_title(m)}",
         f"**Verdict: {c.verdict_word(verdicts)}** · E2E median "
-        + " · ".join(
-            f"{v} {c.ms(c.timing_stats(m, v).median_ms)} ms" for v in c.ordered_variants(m)
-        )
+        + " · ".join(f"{v} {c.e2e_text(m, v)}" for v in c.ordered_variants(m))
         + (f" · speedup {c.speedup_text(m)}" if comparison is not None else ""),
     ]
     if note:
@@ -63,11 +61,21 @@ def case_report(
             f"Time on {m.device.name} is not a performance signal "
             f"({m.device.limits.get('latency', 'emulated')}); read the structure, not the clock."
         )
-    parts.append(_section(f"Latency (E2E per run, {c.latency_source(m)})", *latency))
+    if c.counts_instructions(m):  # emulated time means nothing: instructions instead
+        parts.append(
+            _section(
+                f"Instructions per inference ({c.instruction_source(m)})",
+                c.instruction_table(m).markdown(),
+                "Categories, shares and operators below are in guest instructions of that "
+                "inference, split at the clock reads that stamp its trace events.",
+            )
+        )
+    else:
+        parts.append(_section(f"Latency (E2E per run, {c.latency_source(m)})", *latency))
 
     parts.append(
         _section(
-            "Category breakdown (mean ms per traced run, share of E2E)",
+            f"Category breakdown (mean {c.unit(m)} per traced run, share of E2E)",
             c.category_table(m).markdown(),
             "Other is the residual: E2E minus the four named categories (framework overhead, "
             "pooling, normalization, softmax, reductions).",
