@@ -88,6 +88,10 @@ class VariantBaseline:
     #: per-inference guest instructions and executed SME2 kernels, where the device shows them
     instructions: int | None = None
     sme2_kernels: tuple[str, ...] = ()
+    #: where the device splits the count between operators (qemu-sme2): instructions per
+    #: inference by operator kind (portable name), and each category's share of the inference
+    operator_instructions: Mapping[str, int] = field(default_factory=dict)
+    instruction_shares: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -180,13 +184,24 @@ def operator_structure(prof: Profile) -> dict[str, float]:
     return {name: stable(count / prof.runs) for name, count in counts.items()}
 
 
+def operator_instructions(prof: Profile) -> dict[str, int]:
+    """Operator kind (portable name) → instructions per inference, of an instruction profile."""
+    counts: Counter[str] = Counter()
+    for op in prof.operators:
+        counts[portable_name(op.name)] += round(op.per_run_ms * 1e6)  # M instr → instructions
+    return dict(sorted(counts.items()))
+
+
 def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
     prof = vm.profile
+    counted = prof.counts_instructions
     return VariantBaseline(
         operators=operator_structure(prof),
         packed_operators=prof.packed_operators,
         instructions=vm.evidence.instructions if vm.evidence else None,
         sme2_kernels=vm.evidence.sme2_kernels if vm.evidence else (),
+        operator_instructions=operator_instructions(prof) if counted else {},
+        instruction_shares={c: stable(v) for c, v in prof.shares.items()} if counted else {},
     )
 
 
@@ -268,6 +283,8 @@ def load(path: Path) -> Baseline | None:
                     packed_operators=tuple(_require(v, "packed_operators", path)),
                     instructions=v.get("instructions"),
                     sme2_kernels=tuple(v.get("sme2_kernels", ())),
+                    operator_instructions=dict(v.get("operator_instructions", {})),
+                    instruction_shares=dict(v.get("instruction_shares", {})),
                 )
                 for name, v in _require(doc, "variants", path).items()
             },
@@ -341,11 +358,21 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
             )
         if ov.sme2_kernels != nv.sme2_kernels:
             changes.append(f"{name} SME2 kernels {list(ov.sme2_kernels)} → {list(nv.sme2_kernels)}")
-        instructions = ov.instructions
+        variants[name] = nv
         if _moved(ov.instructions, nv.instructions, tol.instruction_percent):
             changes.append(f"{name} instructions/inference {ov.instructions} → {nv.instructions}")
-            instructions = nv.instructions
-        variants[name] = replace(nv, instructions=instructions)
+        elif not ov.instruction_shares and nv.instruction_shares:
+            changes.append(f"{name} instructions per operator and category shares recorded")
+        elif shares_moved(ov.instruction_shares, nv.instruction_shares, tol.share_points):
+            changes.append(f"{name} instruction shares moved beyond ±{tol.share_points:g} points")
+        elif ov.operator_instructions.keys() == nv.operator_instructions.keys():
+            # within tolerance: the instruction counts stay as they were, to the byte
+            variants[name] = replace(
+                nv,
+                instructions=ov.instructions,
+                operator_instructions=ov.operator_instructions,
+                instruction_shares=ov.instruction_shares,
+            )
     changes += [
         f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
     ]
@@ -415,6 +442,11 @@ def _merge_record(
         changes += [f"note {line}" for line in notes_diff(old.notes, new.notes)]
         notes = new.notes
     return replace(new, notes=notes, variants=variants, speedup=speedup), changes
+
+
+def shares_moved(old: Mapping[str, float], new: Mapping[str, float], points: float) -> bool:
+    """Whether any category's share moved beyond ``points`` percentage points."""
+    return any(abs(new.get(c, 0.0) - old.get(c, 0.0)) * 100 > points for c in {*old, *new})
 
 
 def notes_diff(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:

@@ -23,6 +23,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pytest_sme2.analysis import Profile
 from pytest_sme2.baseline import (
     Baseline,
     TimeRecord,
@@ -31,6 +32,7 @@ from pytest_sme2.baseline import (
     latency_moved,
     notes_diff,
     operator_diff,
+    operator_instructions,
     operator_structure,
     portable_name,
     stable,
@@ -110,7 +112,9 @@ def judge(
     if baseline is not None:
         verdicts += _structure(m, baseline)
         if not m.device.time_meaningful:
-            verdicts += _time_meaningless(m, "shares")
+            verdicts += _instruction_shares(m, baseline, tolerances) or _time_meaningless(
+                m, "shares"
+            )
             verdicts += _time_meaningless(m, "latency")
         elif record is None:
             verdicts += _no_time_record(m)
@@ -156,16 +160,18 @@ def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
 def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
     if not exp.max_share and not exp.min_share:
         return []
-    if skipped := _time_meaningless(m, "share-limits"):
-        return skipped
     variant = _headline_variant(m)
-    shares = m.variants[variant].profile.shares
+    prof = m.variants[variant].profile
+    if not prof.counts_instructions and (skipped := _time_meaningless(m, "share-limits")):
+        return skipped
+    shares = prof.shares
+    share = _share_word(prof)
     broken = [
-        f"{cat} share {100 * shares[cat]:.1f}% is above the limit {100 * limit:.1f}%"
+        f"{cat} {share} {100 * shares[cat]:.1f}% is above the limit {100 * limit:.1f}%"
         for cat, limit in exp.max_share.items()
         if shares[cat] > limit
     ] + [
-        f"{cat} share {100 * shares[cat]:.1f}% is below the minimum {100 * limit:.1f}%"
+        f"{cat} {share} {100 * shares[cat]:.1f}% is below the minimum {100 * limit:.1f}%"
         for cat, limit in exp.min_share.items()
         if shares[cat] < limit
     ]
@@ -175,9 +181,14 @@ def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
         ]
     return [
         Verdict(
-            "share-limits", Status.PASS, f"category shares within the marker's limits ({variant})"
+            "share-limits", Status.PASS, f"category {share}s within the marker's limits ({variant})"
         )
     ]
+
+
+def _share_word(prof: Profile) -> str:
+    """What a share is of: time, or — where the profile counts instructions — instructions."""
+    return "instruction share" if prof.counts_instructions else "share"
 
 
 def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
@@ -352,12 +363,15 @@ def _instructions(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[V
         counts = f"{stored.instructions:,} → {now:,} per inference ({100 * (change - 1):+.2f}%)"
         gate = f"instructions[{variant}]"
         if change > 1 + tol.instruction_percent / 100:
+            grew = _operators_grown(stored.operator_instructions, vm.profile, tol)
             verdicts.append(
                 Verdict(
                     gate,
                     Status.FAIL,
                     f"instructions of {_case(m)} ({variant}) rose {counts}, beyond the "
-                    f"{tol.instruction_percent:g}% tolerance",
+                    f"{tol.instruction_percent:g}% tolerance"
+                    + (f"; grew: {', '.join(g.split(':')[0] for g in grew)}" if grew else ""),
+                    tuple(grew),
                 )
             )
         elif change < 1 - tol.instruction_percent / 100:
@@ -371,6 +385,58 @@ def _instructions(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[V
             )
         else:
             verdicts.append(Verdict(gate, Status.PASS, f"instructions ({variant}) {counts}"))
+    return verdicts
+
+
+def _operators_grown(stored: Mapping[str, int], prof: Profile, tol: Tolerances) -> list[str]:
+    """The operator kinds whose instructions per inference rose beyond the tolerance (new kinds
+    too), most added instructions first, as "name: a → b (+x%)"."""
+    if not stored or not prof.counts_instructions:
+        return []
+    now = operator_instructions(prof)
+    grown = [
+        (count - stored.get(name, 0), name, stored.get(name, 0), count)
+        for name, count in now.items()
+        if count > stored.get(name, 0) * (1 + tol.instruction_percent / 100)
+    ]
+    return [
+        f"{name}: {old:,} → {new:,}" + (f" (+{100 * (new / old - 1):.1f}%)" if old else " (new)")
+        for _, name, old, new in sorted(grown, reverse=True)
+    ]
+
+
+def _instruction_shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+    """Category shares of instructions against the baseline, per variant, where the device
+    splits its exact count between operators (qemu-sme2): the deterministic twin of the time
+    shares, judged on every machine. [] where there is nothing to judge."""
+    verdicts = []
+    for variant, vm in m.variants.items():
+        stored = baseline.variants.get(str(variant))
+        if stored is None or not stored.instruction_shares or not vm.profile.counts_instructions:
+            continue
+        shares = vm.profile.shares
+        moved = [
+            f"{cat} instruction share {100 * stored.instruction_shares.get(cat, 0.0):.1f}% → "
+            f"{100 * shares[cat]:.1f}% "
+            f"({100 * (shares[cat] - stored.instruction_shares.get(cat, 0.0)):+.1f} points)"
+            for cat in CATEGORIES
+            if abs(shares[cat] - stored.instruction_shares.get(cat, 0.0)) * 100 > tol.share_points
+        ]
+        gate = f"instruction-shares[{variant}]"
+        if moved:
+            message = (
+                f"category instruction shares of {_case(m)} ({variant}) moved beyond "
+                f"±{tol.share_points:g} points"
+            )
+            verdicts.append(Verdict(gate, Status.FAIL, message, tuple(moved)))
+        else:
+            verdicts.append(
+                Verdict(
+                    gate,
+                    Status.PASS,
+                    f"category instruction shares within ±{tol.share_points:g} points",
+                )
+            )
     return verdicts
 
 

@@ -7,9 +7,10 @@ tests elsewhere run the real runner.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from pytest_sme2.analysis import profile
+from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunResult
@@ -132,4 +133,27 @@ def measurement(
         device=device,
         variants=variants,
         interleaved=len(variants) == 2,
+    )
+
+
+def counted_variant(v: Variant, ops, evidence: Sme2Evidence) -> VariantMeasurement:
+    """A variant as qemu-sme2 measures it: its profile is one inference timed in instructions
+    (1 "ms" of ``ops`` = a million instructions), and the evidence carries that trace."""
+    counted = make_trace(ops, runs=1)
+    evidence = replace(evidence, instructions=counted.runs[0].e2e_ns, instruction_trace=counted)
+    return replace(variant(v, ops, (1.0,), evidence), profile=profile(counted, unit=INSTRUCTIONS))
+
+
+def counted_measurement(*, on_ops=ON_OPS, off_ops=OFF_OPS) -> Measurement:
+    """An emulator's measurement whose profiles count instructions, as qemu-sme2's do."""
+    return Measurement(
+        model="toy",
+        dtype="fp32",
+        threads=1,
+        device=EMULATOR,
+        variants={
+            Variant.ON: counted_variant(Variant.ON, on_ops, ON_EVIDENCE),
+            Variant.OFF: counted_variant(Variant.OFF, off_ops, OFF_EVIDENCE),
+        },
+        interleaved=True,
     )

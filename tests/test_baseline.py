@@ -156,3 +156,41 @@ def test_a_faster_model_replaces_the_stored_latency_too():
         f"[{HOST.class_id}] sme2-off fastest run 9.9 → 8.9 ms (median 10.0 → 9.0 ms)",
     )
     assert merged.machines[HOST.class_id].variants["sme2-off"].latency.min_ms == 8.9
+
+
+def test_instructions_per_operator_round_trip_and_update_as_one_block(tmp_path):
+    from dataclasses import replace
+
+    from tests.measurements import ON_OPS, counted_measurement
+
+    tol = Tolerances()
+    new = from_measurement(counted_measurement(), tol)
+    path = tmp_path / "b.json"
+    store.save(path, new)
+    loaded = store.load(path)
+    assert loaded == new and loaded.variants["sme2-on"].instruction_shares["Other"] == 0.25
+
+    # an older baseline without them: recorded, and said so
+    bare = replace(
+        new,
+        variants={
+            name: replace(v, operator_instructions={}, instruction_shares={})
+            for name, v in new.variants.items()
+        },
+    )
+    merged, changes = merge(bare, new, tol)
+    assert merged == new
+    assert "sme2-on instructions per operator and category shares recorded" in changes
+
+    # within tolerance (+0.5 % in one operator): every stored count stays as it was
+    grown = counted_measurement(on_ops=((ON_OPS[0][0], 1.02), *ON_OPS[1:]))
+    merged, changes = merge(new, from_measurement(grown, tol), tol)
+    assert changes == () and store.to_json(merged) == store.to_json(new)
+
+    # beyond it: instructions, per-operator counts and shares move together
+    grown = counted_measurement(on_ops=((ON_OPS[0][0], 1.2), *ON_OPS[1:]))
+    merged, changes = merge(new, from_measurement(grown, tol), tol)
+    stored = merged.variants["sme2-on"]
+    assert stored.instructions == 4_200_000
+    assert stored.operator_instructions["Convolution (NHWC, PF32) IGEMM"] == 1_200_000
+    assert changes == ("sme2-on instructions/inference 4000000 → 4200000",)

@@ -365,3 +365,52 @@ def test_instructions_per_inference_are_judged_per_variant_at_one_percent():
     news = by_gate(judge(fewer, base, Expectations(), TOL))["instructions[sme2-on]"]
     assert news.status is Status.PASS and news.message.startswith("fewer instructions (sme2-on)")
     assert not only_time_gates_failed(tuple(verdicts.values()))
+
+
+def test_counted_instructions_name_the_operators_that_grew_and_judge_instruction_shares():
+    from tests.measurements import ON_OPS, counted_measurement
+
+    base = from_measurement(counted_measurement(), TOL)
+    stored = base.variants["sme2-on"]
+    assert stored.operator_instructions == {
+        "Convolution (NHWC, PF32) IGEMM": 1_000_000,
+        "Fully Connected (NC, PF32) GEMM": 1_000_000,
+        "Transpose (ND, X32)": 1_000_000,
+    }
+    assert stored.instruction_shares["Data Movement"] == 0.25  # of 4 M: 3 ops + 1 M outside
+    unchanged = judge(counted_measurement(), base, Expectations(), TOL)
+    assert not [v for v in unchanged if v.status is Status.FAIL]
+    assert by_gate(unchanged)["instruction-shares[sme2-on]"].message == (
+        "category instruction shares within ±5 points"
+    )
+
+    grown = ((ON_OPS[0][0], 1.06), *ON_OPS[1:])  # the convolution does 6 % more work
+    verdicts = by_gate(judge(counted_measurement(on_ops=grown), base, Expectations(), TOL))
+    failed = verdicts["instructions[sme2-on]"]
+    assert failed.status is Status.FAIL
+    assert failed.message == (
+        "instructions of toy[fp32] on emulator (sme2-on) rose 4,000,000 → 4,060,000 per "
+        "inference (+1.50%), beyond the 1% tolerance; grew: Convolution (NHWC, PF32) IGEMM"
+    )
+    assert failed.details == ("Convolution (NHWC, PF32) IGEMM: 1,000,000 → 1,060,000 (+6.0%)",)
+    assert verdicts["instruction-shares[sme2-on]"].status is Status.PASS  # +0.9 points only
+
+    layout = ((ON_OPS[0][0], 0.5), ON_OPS[1], (ON_OPS[2][0], 1.5))  # same total, moved work
+    verdicts = by_gate(judge(counted_measurement(on_ops=layout), base, Expectations(), TOL))
+    assert verdicts["instructions[sme2-on]"].status is Status.PASS
+    moved = verdicts["instruction-shares[sme2-on]"]
+    assert moved.status is Status.FAIL
+    assert moved.message == (
+        "category instruction shares of toy[fp32] on emulator (sme2-on) moved beyond ±5 points"
+    )
+    assert "Data Movement instruction share 25.0% → 37.5% (+12.5 points)" in moved.details
+    assert not only_time_gates_failed((moved,))  # deterministic: no re-measure
+
+
+def test_share_limits_judge_instruction_shares_where_the_profile_counts_instructions():
+    from tests.measurements import counted_measurement
+
+    limits = Expectations(max_share={"Data Movement": 0.2})
+    (verdict,) = judge(counted_measurement(), None, limits, TOL)[:1]
+    assert verdict.gate == "share-limits" and verdict.status is Status.FAIL
+    assert verdict.message.startswith("Data Movement instruction share 25.0% is above the limit")
