@@ -1,0 +1,174 @@
+"""Instructions per operator on qemu-sme2, on real exports, the real aarch64 runner, real qemu.
+
+The counted inference's instructions are split between its ETDump events at the guest's clock
+reads (:mod:`pytest_sme2.attribution`). What must hold for it to be a gate: the split repeats to
+the instruction, it never counts more than the inference executed, the committed shares are what
+the example models measure, and a model doing a little more work fails, naming what grew.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import models  # noqa: F401  (registers the examples)
+from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
+from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.registry import device_class
+from pytest_sme2.export import export_model
+from pytest_sme2.models import get_model
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
+CACHE = cache_root()
+
+
+@pytest.fixture(scope="module")
+def device() -> QemuSme2Device:
+    prepared = device_class("qemu-sme2").from_options(lambda _: None)
+    assert isinstance(prepared, QemuSme2Device)
+    prepared.prepare()
+    return prepared
+
+
+def _per_operator(trace) -> dict[str, int]:
+    return {e.name: e.end_ns - e.start_ns for e in trace.runs[0].events}
+
+
+def test_two_unchanged_runs_count_the_same_per_operator(
+    device: QemuSme2Device, tmp_path: Path
+) -> None:
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    first, second = (
+        device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / name)
+        for name in ("first", "second")
+    )
+    assert first.instruction_trace is not None and second.instruction_trace is not None
+    assert first.instructions == second.instructions
+    counts = _per_operator(first.instruction_trace)
+    assert counts == _per_operator(second.instruction_trace)
+    assert len(counts) >= 8 and all(count > 0 for count in counts.values())
+
+
+def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
+    device: QemuSme2Device, tmp_path: Path
+) -> None:
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "int8")
+    for variant in (Variant.ON, Variant.OFF):
+        evidence = device.evidence(artifact.pte, artifact.inputs, variant, 1, tmp_path / variant)
+        assert evidence.instruction_trace is not None
+        prof = profile(evidence.instruction_trace, unit=INSTRUCTIONS)
+        e2e = evidence.instruction_trace.runs[0].e2e_ns
+        assert e2e == evidence.instructions
+        operators = sum(round(op.per_run_ms * 1e6) for op in prof.operators)
+        assert 0 < operators <= e2e
+        named = sum(prof.categories_ms[c] for c in NAMED_CATEGORIES)
+        assert prof.categories_ms[OTHER] == pytest.approx(e2e / 1e6 - named, abs=1e-9)
+        assert sum(prof.shares.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("model", ["toy_cnn", "squeezesam_like"])
+def test_instruction_shares_are_as_committed(
+    device: QemuSme2Device, model: str, tmp_path: Path
+) -> None:
+    """Deterministic: the shares measured now equal the committed ones to their stored digits."""
+    artifact = export_model(get_model(model).for_emulation(), "fp32")
+    stored = json.loads((REPO / "baselines" / "qemu-sme2" / f"{model}-fp32.json").read_text())
+    for variant in (Variant.ON, Variant.OFF):
+        evidence = device.evidence(artifact.pte, artifact.inputs, variant, 1, tmp_path / variant)
+        assert evidence.instruction_trace is not None
+        shares = profile(evidence.instruction_trace, unit=INSTRUCTIONS).shares
+        committed = stored["variants"][str(variant)]["instruction_shares"]
+        assert shares == pytest.approx(committed, abs=1e-3), variant
+    on = stored["variants"]["sme2-on"]["instruction_shares"]
+    off = stored["variants"]["sme2-off"]["instruction_shares"]
+    # the kit's bottleneck shift, deterministically: SME2 shrinks the matrix work, so the
+    # layout work it leaves alone takes a larger share
+    assert on["Data Movement"] > off["Data Movement"]
+    assert on["Convolution"] < off["Convolution"]
+
+
+USER_CONFTEST = '''
+import os
+
+import torch
+from torch import nn
+
+from pytest_sme2 import register_model
+
+WIDTH = int(os.environ.get("GROW_WIDTH", "50"))
+
+
+class Grow(nn.Module):
+    """Two convolutions over the whole image: work grows with the width, operators do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+def grow_inputs(seed):
+    return (torch.randn(1, 3, 24, WIDTH, generator=torch.Generator().manual_seed(seed)),)
+
+
+@register_model("grow", inputs=grow_inputs, dtypes=("fp32",))
+def grow():
+    torch.manual_seed(0)
+    return Grow().eval()
+'''
+
+USER_TEST = """
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
+
+
+def test_a_little_more_work_fails_naming_the_variant_the_change_and_what_grew(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(USER_CONFTEST)
+    pytester.makepyfile(test_grow=USER_TEST)
+    baselines = tmp_path / "baselines"
+    args = (
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        f"--sme2-baseline-dir={baselines}",
+    )
+
+    def run(width: int, *extra: str) -> pytest.RunResult:
+        monkeypatch.setenv("GROW_WIDTH", str(width))
+        return pytester.runpytest_subprocess(*args, *extra, timeout=900)
+
+    run(50, "--sme2-update-baselines").assert_outcomes(passed=1)
+    stored = json.loads(next(baselines.rglob("grow-fp32*.json")).read_text())
+    assert stored["variants"]["sme2-on"]["operator_instructions"]
+    assert stored["variants"]["sme2-on"]["instruction_shares"]
+
+    run(50).assert_outcomes(passed=1)  # unchanged: never fails
+
+    for width in (51, 53):  # +2 % and +6 % of the pixels, freshly exported
+        result = run(width)
+        result.assert_outcomes(failed=1)
+        result.stdout.re_match_lines(
+            [
+                r".*instructions of grow\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
+                r"per inference \(\+\d+\.\d\d%\), beyond the 1% tolerance; grew: .*"
+                r"Convolution \(NHWC, PF32\) IGEMM.*",
+                r".*instructions of grow\[fp32\] on qemu-sme2 \(sme2-off\) rose .*",
+            ],
+            consecutive=False,
+        )
