@@ -24,7 +24,6 @@ from pytest_sme2.devices.qemu import (
     _count_while,
 )
 from pytest_sme2.devices.qemu_log import count_calls, count_instructions
-from pytest_sme2.devices.registry import device_class
 from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.export import export_model
 from pytest_sme2.measure import MeasurePlan, measure
@@ -124,14 +123,6 @@ def test_a_function_that_never_runs_is_an_error(
 # --- the device ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def device() -> QemuSme2Device:
-    prepared = device_class("qemu-sme2").from_options(lambda _: None)
-    assert isinstance(prepared, QemuSme2Device)
-    prepared.prepare()
-    return prepared
-
-
 def test_options_pick_qemu_and_vector_length(tmp_path: Path) -> None:
     options = {"sme2_qemu": str(tmp_path / "qemu-aarch64"), "sme2_qemu_vl": "32"}
     chosen = QemuSme2Device.from_options(options.get)
@@ -145,8 +136,8 @@ def test_options_pick_qemu_and_vector_length(tmp_path: Path) -> None:
         chosen.prepare()
 
 
-def test_info_says_what_emulation_can_and_cannot_prove(device: QemuSme2Device) -> None:
-    info = device.info()
+def test_info_says_what_emulation_can_and_cannot_prove(qemu_device: QemuSme2Device) -> None:
+    info = qemu_device.info()
     assert info.has_sme2 and info.variants == (Variant.ON, Variant.OFF)
     assert not info.time_meaningful
     assert "instruction ratio" in info.limits["speedup"] and "latency" in info.limits
@@ -159,11 +150,11 @@ def test_info_says_what_emulation_can_and_cannot_prove(device: QemuSme2Device) -
 
 @pytest.mark.parametrize("dtype", ["fp32", "int8-dynamic"])
 def test_sme2_on_runs_sme2_kernels_and_fewer_instructions(
-    device: QemuSme2Device, dtype: str, tmp_path: Path
+    qemu_device: QemuSme2Device, dtype: str, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn"), dtype)
-    on = device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "on")
-    off = device.evidence(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "off")
+    on = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "on")
+    off = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "off")
     assert on.source == off.source == EVIDENCE_SOURCE
     assert on.sme2_kernels and all(k.startswith("kai_kernel_") for k in on.sme2_kernels)
     assert on.sme_instructions and on.instructions
@@ -175,12 +166,12 @@ def test_sme2_on_runs_sme2_kernels_and_fewer_instructions(
 
 
 def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
-    device: QemuSme2Device, tmp_path: Path
+    qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn"), "fp32")
     plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
     measured = measure(
-        device,
+        qemu_device,
         model="toy_cnn",
         dtype="fp32",
         pte=artifact.pte,
@@ -196,13 +187,13 @@ def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
 
 
 def test_a_failing_run_fails_the_evidence_without_hanging(
-    device: QemuSme2Device, tmp_path: Path
+    qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     not_a_model = tmp_path / "broken.pte"
     not_a_model.write_bytes(b"not a program")
     artifact = export_model(get_model("toy_cnn"), "fp32")
     with pytest.raises(RunnerError, match="not an ExecuTorch program"):
-        device.evidence(not_a_model, artifact.inputs, Variant.ON, 1, tmp_path)
+        qemu_device.evidence(not_a_model, artifact.inputs, Variant.ON, 1, tmp_path)
 
 
 def test_a_writer_that_never_starts_does_not_block_the_reader(tmp_path: Path) -> None:
@@ -216,11 +207,13 @@ def test_a_writer_that_never_starts_does_not_block_the_reader(tmp_path: Path) ->
         _count_while(fifo, lambda: fifo.read_bytes(), never_starts)
 
 
-def test_run_uses_the_same_binary_for_both_variants(device: QemuSme2Device, tmp_path: Path) -> None:
+def test_run_uses_the_same_binary_for_both_variants(
+    qemu_device: QemuSme2Device, tmp_path: Path
+) -> None:
     artifact = export_model(get_model("toy_cnn"), "int8")
     plan = RunPlan(runs=1, warmup=0)
-    on = device.run(artifact.pte, artifact.inputs, Variant.ON, plan, tmp_path / "on")
-    off = device.run(artifact.pte, artifact.inputs, Variant.OFF, plan, tmp_path / "off")
+    on = qemu_device.run(artifact.pte, artifact.inputs, Variant.ON, plan, tmp_path / "on")
+    off = qemu_device.run(artifact.pte, artifact.inputs, Variant.OFF, plan, tmp_path / "off")
     runner = [word for word in on.command if word.endswith("sme2_runner")]
     assert runner and runner == [word for word in off.command if word.endswith("sme2_runner")]
     assert any("hide_sme.so" in word for word in off.command)

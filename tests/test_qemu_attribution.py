@@ -18,7 +18,6 @@ from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
 from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.devices.registry import device_class
 from pytest_sme2.export import export_model
 from pytest_sme2.models import get_model
 
@@ -29,24 +28,16 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = cache_root()
 
 
-@pytest.fixture(scope="module")
-def device() -> QemuSme2Device:
-    prepared = device_class("qemu-sme2").from_options(lambda _: None)
-    assert isinstance(prepared, QemuSme2Device)
-    prepared.prepare()
-    return prepared
-
-
 def _per_operator(trace) -> dict[str, int]:
     return {e.name: e.end_ns - e.start_ns for e in trace.runs[0].events}
 
 
 def test_two_unchanged_runs_count_the_same_per_operator(
-    device: QemuSme2Device, tmp_path: Path
+    qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
     first, second = (
-        device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / name)
+        qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / name)
         for name in ("first", "second")
     )
     assert first.instruction_trace is not None and second.instruction_trace is not None
@@ -57,11 +48,13 @@ def test_two_unchanged_runs_count_the_same_per_operator(
 
 
 def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
-    device: QemuSme2Device, tmp_path: Path
+    qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "int8")
     for variant in (Variant.ON, Variant.OFF):
-        evidence = device.evidence(artifact.pte, artifact.inputs, variant, 1, tmp_path / variant)
+        evidence = qemu_device.evidence(
+            artifact.pte, artifact.inputs, variant, 1, tmp_path / variant
+        )
         assert evidence.instruction_trace is not None
         prof = profile(evidence.instruction_trace, unit=INSTRUCTIONS)
         e2e = evidence.instruction_trace.runs[0].e2e_ns
@@ -75,13 +68,15 @@ def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
 
 @pytest.mark.parametrize("model", ["toy_cnn", "squeezesam_like"])
 def test_instruction_shares_are_as_committed(
-    device: QemuSme2Device, model: str, tmp_path: Path
+    qemu_device: QemuSme2Device, model: str, tmp_path: Path
 ) -> None:
     """Deterministic: the shares measured now equal the committed ones to their stored digits."""
     artifact = export_model(get_model(model).for_emulation(), "fp32")
     stored = json.loads((REPO / "baselines" / "qemu-sme2" / f"{model}-fp32.json").read_text())
     for variant in (Variant.ON, Variant.OFF):
-        evidence = device.evidence(artifact.pte, artifact.inputs, variant, 1, tmp_path / variant)
+        evidence = qemu_device.evidence(
+            artifact.pte, artifact.inputs, variant, 1, tmp_path / variant
+        )
         assert evidence.instruction_trace is not None
         shares = profile(evidence.instruction_trace, unit=INSTRUCTIONS).shares
         committed = stored["variants"][str(variant)]["instruction_shares"]
