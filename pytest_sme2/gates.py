@@ -331,8 +331,10 @@ def _instruction_ratio(
             )
         )
     if baseline is not None and baseline.instruction_ratio is not None:
-        limit = baseline.instruction_ratio * (1 - tol.speedup_percent / 100)
+        # two exact counts: their ratio is exact too, judged at the instruction tolerance
+        limit = baseline.instruction_ratio * (1 - tol.instruction_percent / 100)
         ok = ratio >= limit
+        beyond = f" beyond the {tol.instruction_percent:g}% tolerance for {_case(m)}"
         verdicts.append(
             Verdict(
                 "instruction-ratio-baseline",
@@ -340,7 +342,7 @@ def _instruction_ratio(
                 f"SME2 instruction ratio {ratio:.2f}× "
                 + ("vs" if ok else "fell below")
                 + f" the baseline {baseline.instruction_ratio:g}×"
-                + ("" if ok else f" beyond the {tol.speedup_percent:g}% tolerance for {_case(m)}"),
+                + ("" if ok else beyond),
             )
         )
     return verdicts
@@ -409,35 +411,21 @@ def _instruction_shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> 
     """Category shares of instructions against the baseline, per variant, where the device
     splits its exact count between operators (qemu-sme2): the deterministic twin of the time
     shares, judged on every machine. [] where there is nothing to judge."""
-    verdicts = []
-    for variant, vm in m.variants.items():
-        stored = baseline.variants.get(str(variant))
-        if stored is None or not stored.instruction_shares or not vm.profile.counts_instructions:
-            continue
-        shares = vm.profile.shares
-        moved = [
-            f"{cat} instruction share {100 * stored.instruction_shares.get(cat, 0.0):.1f}% → "
-            f"{100 * shares[cat]:.1f}% "
-            f"({100 * (shares[cat] - stored.instruction_shares.get(cat, 0.0)):+.1f} points)"
-            for cat in CATEGORIES
-            if abs(shares[cat] - stored.instruction_shares.get(cat, 0.0)) * 100 > tol.share_points
-        ]
-        gate = f"instruction-shares[{variant}]"
-        if moved:
-            message = (
-                f"category instruction shares of {_case(m)} ({variant}) moved beyond "
-                f"±{tol.share_points:g} points"
-            )
-            verdicts.append(Verdict(gate, Status.FAIL, message, tuple(moved)))
-        else:
-            verdicts.append(
-                Verdict(
-                    gate,
-                    Status.PASS,
-                    f"category instruction shares within ±{tol.share_points:g} points",
-                )
-            )
-    return verdicts
+    return [
+        _shares_verdict(
+            m,
+            variant,
+            vm.profile.shares,
+            stored.instruction_shares,
+            tol,
+            "instruction share",
+            "instruction-shares",
+        )
+        for variant, vm in m.variants.items()
+        if (stored := baseline.variants.get(str(variant))) is not None
+        and stored.instruction_shares
+        and vm.profile.counts_instructions
+    ]
 
 
 def _speedup(
@@ -538,34 +526,37 @@ def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
 
 
 def _shares(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
-    verdicts = []
-    for variant, vm in m.variants.items():
-        stored = record.variants.get(str(variant))
-        if stored is None:
-            continue
-        shares = vm.profile.shares
-        moved = [
-            f"{cat} share {100 * stored.shares.get(cat, 0.0):.1f}% → {100 * shares[cat]:.1f}% "
-            f"({100 * (shares[cat] - stored.shares.get(cat, 0.0)):+.1f} points)"
-            for cat in CATEGORIES
-            if abs(shares[cat] - stored.shares.get(cat, 0.0)) * 100 > tol.share_points
-        ]
-        gate = f"shares[{variant}]"
-        if moved:
-            verdicts.append(
-                Verdict(
-                    gate,
-                    Status.FAIL,
-                    f"category shares of {_case(m)} ({variant}) "
-                    f"moved beyond ±{tol.share_points:g} points",
-                    tuple(moved),
-                )
-            )
-        else:
-            verdicts.append(
-                Verdict(gate, Status.PASS, f"category shares within ±{tol.share_points:g} points")
-            )
-    return verdicts
+    return [
+        _shares_verdict(m, variant, vm.profile.shares, stored.shares, tol, "share", "shares")
+        for variant, vm in m.variants.items()
+        if (stored := record.variants.get(str(variant))) is not None
+    ]
+
+
+def _shares_verdict(
+    m: Measurement,
+    variant: Variant,
+    shares: Mapping[str, float],
+    stored: Mapping[str, float],
+    tol: Tolerances,
+    word: str,
+    gate: str,
+) -> Verdict:
+    """One variant's category shares (of time, or of instructions: ``word``) against the
+    stored ones, each within ``share_points``; the moved ones listed."""
+    moved = [
+        f"{cat} {word} {100 * stored.get(cat, 0.0):.1f}% → {100 * shares[cat]:.1f}% "
+        f"({100 * (shares[cat] - stored.get(cat, 0.0)):+.1f} points)"
+        for cat in CATEGORIES
+        if abs(shares[cat] - stored.get(cat, 0.0)) * 100 > tol.share_points
+    ]
+    name = f"{gate}[{variant}]"
+    if moved:
+        message = (
+            f"category {word}s of {_case(m)} ({variant}) moved beyond ±{tol.share_points:g} points"
+        )
+        return Verdict(name, Status.FAIL, message, tuple(moved))
+    return Verdict(name, Status.PASS, f"category {word}s within ±{tol.share_points:g} points")
 
 
 def _latency(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdict]:

@@ -52,7 +52,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
     ),
-    Option("latency-tolerance", "10", "allowed latency rise / speedup drop, in percent", "float"),
+    Option("latency-tolerance", "3", "allowed latency rise / speedup drop, in percent", "float"),
     Option(
         "instruction-tolerance",
         "1",

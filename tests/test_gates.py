@@ -122,14 +122,14 @@ def test_latency_is_judged_on_the_fastest_run_so_a_busy_neighbour_does_not_fail_
     assert failed.status is Status.FAIL
     assert failed.message == (
         "E2E latency of toy[fp32] on host (sme2-off) rose 20.2% (fastest of 6 runs 11.9 ms vs "
-        "baseline 9.9 ms; median 12 ms vs 10 ms), beyond the 10% tolerance"
+        "baseline 9.9 ms; median 12 ms vs 10 ms), beyond the 3% tolerance"
     )
     disturbed = measurement(HOST, off_latencies=(10.0, 13.5, 9.92, 14.8, 12.9, 10.2))
     v = by_gate(judge(disturbed, base, Expectations(), TOL))["latency[sme2-off]"]
     assert v.status is Status.PASS and v.message.startswith("E2E latency 1.002× the baseline")
 
 
-@pytest.mark.parametrize(("factor", "status"), [(1.12, Status.FAIL), (1.08, Status.PASS)])
+@pytest.mark.parametrize(("factor", "status"), [(1.05, Status.FAIL), (1.02, Status.PASS)])
 def test_a_few_percent_slower_fails_beyond_the_tolerance_only(factor, status):
     base = from_measurement(measurement(HOST), TOL)
     lat = tuple(factor * x for x in (10.0, 10.1, 9.9, 10.05, 9.95, 10.0))
