@@ -9,7 +9,8 @@ Categories and operators come from one traced run per variant.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,8 @@ class MeasurePlan:
     threads: int = 1
     rounds: int = 10
     traced_runs: int = 10
+    #: every runner call's deadline in seconds; None: the device's default
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("runs", "rounds", "traced_runs", "threads"):
@@ -40,6 +43,8 @@ class MeasurePlan:
                 raise ConfigError(f"--sme2-{name.replace('_', '-')} must be ≥ 1")
         if self.warmup < 0:
             raise ConfigError("--sme2-warmup must be ≥ 0")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ConfigError("--sme2-timeout must be > 0 seconds (or 0 for the default)")
 
     def runs_per_round(self) -> list[int]:
         """Split ``runs`` over at most ``rounds`` rounds, as evenly as possible."""
@@ -132,31 +137,53 @@ def measure(
     reference_ms: list[float] = []
     if info.time_meaningful:
         traced_plan = RunPlan(
-            runs=plan.traced_runs, warmup=plan.warmup, threads=plan.threads, traced=True
+            runs=plan.traced_runs,
+            warmup=plan.warmup,
+            threads=plan.threads,
+            traced=True,
+            timeout_s=plan.timeout_s,
         )
         for index, runs in enumerate(plan.runs_per_round()):
             order = variants if index % 2 == 0 else tuple(reversed(variants))
-            run_plan = RunPlan(runs=runs, warmup=plan.warmup, threads=plan.threads, traced=False)
+            run_plan = RunPlan(
+                runs=runs,
+                warmup=plan.warmup,
+                threads=plan.threads,
+                traced=False,
+                timeout_s=plan.timeout_s,
+            )
             for variant in order:
                 workdir_round = workdir / f"{variant}-round{index}"
-                timing[variant].append(device.run(pte, inputs, variant, run_plan, workdir_round))
+                with _naming(info, variant):
+                    run = device.run(pte, inputs, variant, run_plan, workdir_round)
+                timing[variant].append(run)
             if reference is not None:
                 ref_dir = workdir / f"reference-round{index}"
-                ref = device.run(*reference, variants[-1], run_plan, ref_dir)
+                with _naming(info, variants[-1], "reference workload"):
+                    ref = device.run(*reference, variants[-1], run_plan, ref_dir)
                 reference_ms.extend(ref.latencies_ms)
     else:
         # Emulated time means nothing, and each inference costs seconds: one traced inference
         # per variant gives the operator names, structure and outputs; the device's evidence run
         # gives the instruction counts.
-        traced_plan = RunPlan(runs=1, warmup=0, threads=plan.threads, traced=True)
+        traced_plan = RunPlan(
+            runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=plan.timeout_s
+        )
     measured: dict[Variant, VariantMeasurement] = {}
     for variant in variants:
-        traced = device.run(pte, inputs, variant, traced_plan, workdir / f"{variant}-traced")
+        with _naming(info, variant):
+            traced = device.run(pte, inputs, variant, traced_plan, workdir / f"{variant}-traced")
         assert traced.etdump is not None, "a traced run always writes an ETDump"
         trace = read_etdump(traced.etdump)
-        evidence = device.evidence(
-            pte, inputs, variant, plan.threads, workdir / f"{variant}-evidence"
-        )
+        with _naming(info, variant, "evidence run"):
+            evidence = device.evidence(
+                pte,
+                inputs,
+                variant,
+                plan.threads,
+                workdir / f"{variant}-evidence",
+                timeout_s=plan.timeout_s,
+            )
         counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
         measured[variant] = VariantMeasurement(
             variant=variant,
@@ -181,6 +208,17 @@ def measure(
         variants=measured,
         interleaved=len(variants) > 1,
     )
+
+
+@contextmanager
+def _naming(info: DeviceInfo, variant: Variant, what: str = "") -> Iterator[None]:
+    """Prefix a failed run's error with the device and the variant (and what ran), so the one
+    line a test fails with says where it happened."""
+    try:
+        yield
+    except RunnerError as err:
+        where = f"{info.name} ({variant}{', ' + what if what else ''})"
+        raise RunnerError(f"{where}: {err}") from err
 
 
 def _parity(

@@ -42,6 +42,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("warmup", "2", "warm-up runs discarded before each measured batch", "int"),
     Option("rounds", "10", "interleaved SME2-on/off rounds the timing runs are split into", "int"),
     Option("traced-runs", "10", "runs in the traced (ETDump) run of each variant", "int"),
+    Option(
+        "timeout",
+        "0",
+        "deadline of each runner call in seconds (0: the device's default, 900 native, "
+        "3600 emulated); on expiry the run and its process group are killed",
+        "float",
+    ),
     Option("threads", "1", "CPU threads: one number or a comma-separated list (1,2)"),
     Option("models", "", "comma-separated model names to run (default: all registered)"),
     Option("dtypes", "", f"comma-separated dtypes to run (default: all of {', '.join(DTYPES)})"),
@@ -163,6 +170,7 @@ def resolve(
             threads=threads[0],
             rounds=values["sme2_rounds"],
             traced_runs=values["sme2_traced_runs"],
+            timeout_s=values["sme2_timeout"] or None,
         ),
         threads=threads,
         models=_split(values["sme2_models"]),

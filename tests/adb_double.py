@@ -16,7 +16,9 @@ under the root is the device's CPU description. Failures it simulates, as a phon
 * ``lose_after_calls: N`` — from the N+1-th adb call on, the device is unplugged;
 * ``lose_during_run: true`` — the next runner invocation dies with the connection (exit 255);
 * ``kill_runner_with: "SIGSEGV"`` — the next runner process gets that signal once it is running,
-  and logcat gets the line Android's debuggerd writes.
+  and logcat gets the line Android's debuggerd writes;
+* ``hang_runner: true`` — the shell of the next runner invocation never answers (a wedged adbd
+  or a runner stuck in a kernel call): the double starts the runner and waits on nothing.
 """
 
 from __future__ import annotations
@@ -173,6 +175,10 @@ class Double:
         proc = subprocess.Popen(
             ["sh", "-c", command], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
+        if runner and self.config.get("hang_runner"):
+            configure(self.root, hang_runner=False)
+            while True:  # until killed: by the android device's deadline, with its whole group
+                time.sleep(3600)
         if runner and self.config.get("lose_during_run"):
             _wait_for_runner(proc.pid)
             proc.kill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -260,6 +261,42 @@ def test_a_connection_lost_mid_run_is_named(
     configure(root, lose_during_run=True)
     with pytest.raises(RunnerError, match=f"lost the connection to android device {SERIAL}"):
         device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=20000), tmp_path)
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_running(
+    phone: tuple[Path, Path], host_runner: Path, toy: Artifact, tmp_path: Path
+) -> None:
+    adb, root = phone
+    device = _device(adb, host_runner)
+    device.prepare()
+    configure(root, hang_runner=True)
+    started = time.monotonic()
+    with pytest.raises(RunnerError) as failure:
+        device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=1, timeout_s=3), tmp_path)
+    assert time.monotonic() - started < 30
+    message = str(failure.value)
+    assert message.startswith(
+        f"android device {SERIAL} hung: adb did not finish within its 3 s deadline "
+        "(--sme2-timeout), killed; command: "
+    )
+    assert "lost" not in message
+    assert (
+        _processes_mentioning(str(root)) == []
+    )  # the double and the shell it started went with the deadline
+    # and the device is still usable: the next run goes through
+    assert device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=1), tmp_path).latencies_ms
 
 
 def test_a_device_unplugged_while_pushing_is_named(

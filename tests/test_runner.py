@@ -359,15 +359,14 @@ def test_input_shape_mismatch(runner: Path, programs: dict[str, Program], tmp_pa
 
 def test_timeout(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     stall = ("sh", "-c", "exec sleep 30", "sh")  # stands in for a hung device
-    with pytest.raises(RunnerError, match=r"timed out after 0\.5 s"):
+    with pytest.raises(RunnerError, match=r"did not finish within its 0\.5 s deadline"):
         run_runner(
             runner,
             programs["fp32"].pte,
             tmp_path,
-            RunPlan(runs=1),
+            RunPlan(runs=1, timeout_s=0.5),  # the plan's deadline; ``timeout_s=`` overrides it
             inputs=programs["fp32"].inputs,
             prefix=stall,
-            timeout_s=0.5,
         )
 
 

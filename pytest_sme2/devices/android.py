@@ -36,6 +36,7 @@ from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
 from pytest_sme2.devices.provision import SHIM_SOURCE
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner.invoke import (
+    DEFAULT_TIMEOUT_S,
     ETDUMP_NAME,
     OUTPUTS_NAME,
     TIMINGS_NAME,
@@ -43,6 +44,7 @@ from pytest_sme2.runner.invoke import (
     RunResult,
     collect_result,
     exit_reason,
+    run_process,
     runner_command,
 )
 
@@ -390,24 +392,22 @@ class AndroidDevice(Device):
     # -- adb ---------------------------------------------------------------------------------
 
     def _adb(
-        self, *args: str, check: bool = True, timeout: float | None = _ADB_TIMEOUT_S
+        self, *args: str, check: bool = True, timeout: float = _ADB_TIMEOUT_S
     ) -> subprocess.CompletedProcess[str]:
         """Run ``adb -s SERIAL ARGS``; a failing call is a lost device if the device is gone."""
         command = [self.adb, *(["-s", self.serial] if self.serial else []), *args]
         try:
-            result = subprocess.run(
-                command, capture_output=True, text=True, errors="replace", timeout=timeout
-            )
+            result = run_process(command, timeout_s=timeout)
         except FileNotFoundError as err:
             raise ConfigError(
                 f"--sme2-adb={self.adb}: no such program; install Android platform-tools or "
                 "pass the adb path"
             ) from err
-        except subprocess.TimeoutExpired as err:
+        except subprocess.TimeoutExpired:
             raise RunnerError(
-                f"adb did not answer within {timeout} s on android device {self.serial}: "
-                f"{shlex.join(command)}"
-            ) from err
+                f"android device {self.serial} hung: adb did not finish within its {timeout:g} s "
+                f"deadline (--sme2-timeout), killed; command: {shlex.join(command)}"
+            ) from None
         if check and result.returncode != 0:
             said = _tail(result.stderr or result.stdout)
             self._raise_if_lost(said)
@@ -447,8 +447,10 @@ class AndroidDevice(Device):
                 attached[parts[0]] = parts[1]
         return attached
 
-    def _shell(self, command: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self._adb("shell", command, check=check, timeout=None)
+    def _shell(
+        self, command: str, *, check: bool = True, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
+        return self._adb("shell", command, check=check, timeout=timeout)
 
     def _push(self, local: Path, remote: PurePosixPath) -> None:
         self._adb("push", str(local), str(remote))
@@ -601,7 +603,7 @@ class AndroidDevice(Device):
             (workdir / name).unlink(missing_ok=True)
         self._shell(f"mkdir -p {shlex.quote(str(remote_dir))}")
         self._adb("logcat", "-c", check=False)  # some devices refuse; the log is then longer
-        result = self._shell(command, check=False)
+        result = self._shell(command, check=False, timeout=plan.timeout_s or DEFAULT_TIMEOUT_S)
         log = result.stdout + result.stderr
         remote = (str(self.adb), "-s", self.serial, "shell", command)
         shown = shlex.join(remote)
@@ -632,7 +634,14 @@ class AndroidDevice(Device):
         )
 
     def evidence(
-        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        threads: int,
+        workdir: Path,
+        *,
+        timeout_s: float | None = None,  # no run of its own: the kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
         kernels = self._kernels.get((model, variant))

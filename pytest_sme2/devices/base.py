@@ -150,7 +150,15 @@ class Device(ABC):
         """Run ``model`` as ``variant`` with ``plan``; results and logs land in ``workdir``."""
 
     def evidence(
-        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        threads: int,
+        workdir: Path,
+        *,
+        timeout_s: float | None = None,
     ) -> Sme2Evidence | None:
-        """Kernel/instruction evidence for ``variant``, or None where the device has none."""
+        """Kernel/instruction evidence for ``variant``, or None where the device has none;
+        ``timeout_s`` is the deadline of any run it makes (None: the device's default)."""
         return None

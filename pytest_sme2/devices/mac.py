@@ -199,7 +199,14 @@ class MacDevice(Device):
         return result
 
     def evidence(
-        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        threads: int,
+        workdir: Path,
+        *,
+        timeout_s: float | None = None,  # no run of its own: the kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
         kernels = self._kernels.get((model, variant))

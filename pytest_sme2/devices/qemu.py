@@ -40,6 +40,9 @@ DEFAULT_SME_VECTOR_LENGTH = 64
 kernels' instruction counts scale with it, so the ratios should be those of real hardware."""
 
 EVIDENCE_SOURCE = "qemu exec log"
+EMULATED_TIMEOUT_S = 3600.0
+"""A run's deadline under emulation when none is given: every instruction costs ~100x (the exec
+log ~5x more), so the native default would cut the largest examples short."""
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _NOT_A_SIGNAL = "qemu-sme2 emulates SME2: its time is not a performance signal"
@@ -155,10 +158,20 @@ class QemuSme2Device(Device):
     ) -> RunResult:
         _, binary = self._prepared()
         prefix = self._prefix(variant)
-        return run_runner(binary, model, workdir, plan, inputs=inputs, prefix=prefix)
+        deadline = plan.timeout_s or EMULATED_TIMEOUT_S
+        return run_runner(
+            binary, model, workdir, plan, inputs=inputs, prefix=prefix, timeout_s=deadline
+        )
 
     def evidence(
-        self, model: Path, inputs: Path, variant: Variant, threads: int, workdir: Path
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        threads: int,
+        workdir: Path,
+        *,
+        timeout_s: float | None = None,
     ) -> Sme2Evidence:
         """Instructions of one steady-state inference, split by its ETDump events, and the
         kernels it executed.
@@ -175,7 +188,13 @@ class QemuSme2Device(Device):
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo)
         libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
-        plan = RunPlan(runs=1, warmup=1, threads=threads, traced=True)
+        plan = RunPlan(
+            runs=1,
+            warmup=1,
+            threads=threads,
+            traced=True,
+            timeout_s=timeout_s or EMULATED_TIMEOUT_S,
+        )
         try:
             calls, result = _count_while(
                 fifo,

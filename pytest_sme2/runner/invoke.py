@@ -8,6 +8,7 @@ can never be mistaken for the previous one's results.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_sme2.errors import ConfigError, RunnerError
+
+#: The deadline of a native run when none is given (``--sme2-timeout``): generous, since a run
+#: may hold hundreds of inferences; an emulating device sets a longer one of its own.
+DEFAULT_TIMEOUT_S = 900.0
 
 TIMINGS_NAME = "timings.json"
 ETDUMP_NAME = "run.etdump"
@@ -39,6 +44,8 @@ class RunPlan:
     warmup: int = 1
     threads: int = 1
     traced: bool = False
+    #: the run's deadline in seconds; None: the device's default (:data:`DEFAULT_TIMEOUT_S`)
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -119,18 +126,15 @@ def run_runner(
         *runner_command(binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs),
     )
     shown = shlex.join(command)
+    deadline = timeout_s or plan.timeout_s or DEFAULT_TIMEOUT_S
     try:
-        proc = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            errors="replace",  # a corrupt model can make the runtime log raw bytes
-            env={**os.environ, **env} if env else None,
-            timeout=timeout_s,
-            check=False,
-        )
+        proc = run_process(command, timeout_s=deadline, env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired as err:
-        raise RunnerError(f"runner timed out after {timeout_s} s; command: {shown}") from err
+        said = _tail(_text(err.stderr)) if err.stderr else "(no output on stderr)"
+        raise RunnerError(
+            f"the runner did not finish within its {deadline:g} s deadline (--sme2-timeout): "
+            f"killed it and its process group; last output: {said}; command: {shown}"
+        ) from None
     except OSError as err:
         raise RunnerError(f"cannot start the runner ({err.strerror}); command: {shown}") from err
     log = proc.stdout + proc.stderr
@@ -140,6 +144,49 @@ def run_runner(
         )
 
     return collect_result(workdir, plan, log, command, want_outputs=want_outputs)
+
+
+def run_process(
+    command: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in a process group of its own and wait at most ``timeout_s``.
+
+    Why a group: a wrapped runner is several processes (qemu and the guest, adb and the shell, a
+    runner's own children); killing the one we started would leave the others running and
+    holding the session's pipes. On the deadline, and on anything that interrupts the wait
+    (Ctrl-C, SIGTERM turned into an exception), the whole group is killed before the error
+    propagates, so no process outlives the call. Raises ``subprocess.TimeoutExpired`` carrying
+    what the command wrote.
+    """
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",  # a corrupt model can make the runtime log raw bytes
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        raise subprocess.TimeoutExpired(command, timeout_s, stdout, stderr) from None
+    except BaseException:
+        _kill_group(proc)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone, group and all
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _text(output: str | bytes) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output
 
 
 def exit_reason(returncode: int) -> str:

@@ -1,0 +1,146 @@
+"""Hangs: every runner call has a deadline, and on it the whole process group goes.
+
+A real hang needs no double: a process that never returns. For qemu-sme2 the hang is a user's
+qemu (``--sme2-qemu``) that answers ``--version`` and runs the provisioning probe like the real
+one, but never returns for one model; the other model runs through it for real.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_sme2.cache import cache_root
+from pytest_sme2.runner.invoke import run_process
+
+pytest_plugins = ["pytester"]
+
+#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
+CACHE = cache_root()
+
+
+def _alive(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        if marker in text and "pytest" not in text:
+            found.append(text)
+    return found
+
+
+def test_the_deadline_kills_the_whole_process_group() -> None:
+    """A command whose child outlives it (a wrapper and what it wraps) is killed with it."""
+    marker = "313.5717"  # a sleep length nobody else uses
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        run_process(["sh", "-c", f"echo started >&2; sleep {marker} & sleep {marker}"], timeout_s=2)
+    assert time.monotonic() - started < 10
+    assert "started" in caught.value.stderr
+    time.sleep(0.2)
+    assert _alive(marker) == []
+
+
+def test_an_interrupted_wait_kills_the_group_too() -> None:
+    marker = "313.5718"
+    code = (
+        "import signal, sys\n"
+        "from pytest_sme2.runner.invoke import run_process\n"
+        "signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))\n"
+        "signal.alarm(2)\n"
+        f"run_process(['sh', '-c', 'sleep {marker} & sleep {marker}'], timeout_s=600)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "KeyboardInterrupt" in proc.stderr
+    time.sleep(0.2)
+    assert _alive(marker) == []
+
+
+INNER_CONFTEST = """
+import torch
+from torch import nn
+
+from pytest_sme2 import register_model
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean(dim=(2, 3))
+
+
+def small_inputs(seed):
+    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),)
+
+
+@register_model("hangs", inputs=small_inputs, dtypes=("fp32",))
+def hangs():
+    torch.manual_seed(0)
+    return Small().eval()
+
+
+@register_model("fine", inputs=small_inputs, dtypes=("fp32",))
+def fine():
+    torch.manual_seed(1)
+    return Small().eval()
+"""
+
+INNER_TEST = """
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
+
+
+def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_on(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+) -> None:
+    marker = "3600.5719"
+    wrapper = tmp_path / "qemu-aarch64"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *hangs_xnnpack*) exec sleep {marker};; esac\n'
+        f'exec {qemu_device._prepared()[0].qemu} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(test_hang=INNER_TEST)
+    junit = tmp_path / "junit.xml"
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        f"--sme2-qemu={wrapper}",
+        "--sme2-timeout=20",
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        "--sme2-update-baselines",
+        f"--junitxml={junit}",
+        timeout=900,
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.re_match_lines(
+        [
+            r".*qemu-sme2 \(sme2-on\): the runner did not finish within its 20 s deadline "
+            r"\(--sme2-timeout\): killed it and its process group; last output: .*",
+            r"ERROR test_hang.py::test_model\[hangs-fp32\] .*",
+        ],
+        consecutive=False,
+    )
+    cases = {c.get("name"): float(c.get("time")) for c in ET.parse(junit).iter("testcase")}
+    # its 20 s deadline, plus the session's exports of both models (done in its set-up)
+    assert cases["test_model[hangs-fp32]"] < 90, cases
+    assert _alive(marker) == []
