@@ -33,6 +33,7 @@ from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, run_runner
 from pytest_sme2.tensors import read_tensors
 from tests.adb_double import configure, install
+from tests.processes import processes_mentioning
 
 SERIAL = "R5CX12345"
 _FEATURES = (
@@ -263,18 +264,6 @@ def test_a_connection_lost_mid_run_is_named(
         device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=20000), tmp_path)
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        if text in line:
-            found.append(line)
-    return found
-
-
 def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_running(
     phone: tuple[Path, Path], host_runner: Path, toy: Artifact, tmp_path: Path
 ) -> None:
@@ -293,7 +282,7 @@ def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_
     )
     assert "lost" not in message
     assert (
-        _processes_mentioning(str(root)) == []
+        processes_mentioning(str(root)) == []
     )  # the double and the shell it started went with the deadline
     # and the device is still usable: the next run goes through
     assert device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=1), tmp_path).latencies_ms

@@ -17,6 +17,7 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.runner.invoke import run_process
+from tests.processes import processes_mentioning
 
 pytest_plugins = ["pytester"]
 
@@ -25,16 +26,8 @@ CACHE = cache_root()
 
 
 def _alive(marker: str) -> list[str]:
-    """Command lines of live processes that mention ``marker``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        if marker in text and "pytest" not in text:
-            found.append(text)
-    return found
+    """Live processes that mention ``marker``, pytest itself aside."""
+    return [line for line in processes_mentioning(marker) if "pytest" not in line]
 
 
 def test_the_deadline_kills_the_whole_process_group() -> None:
