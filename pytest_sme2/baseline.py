@@ -261,6 +261,11 @@ def load(path: Path) -> Baseline | None:
         text = path.read_text()
     except FileNotFoundError:
         return None
+    except OSError as err:  # a file where a directory should be, no permission, an I/O error
+        raise ConfigError(
+            f"{path}: cannot read the baseline ({err.strerror or err}); "
+            "fix the path or point --sme2-baseline-dir elsewhere"
+        ) from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -328,8 +333,16 @@ def _load_record(doc: Mapping[str, Any], path: Path) -> TimeRecord:
 
 
 def save(path: Path, b: Baseline) -> None:
-    """Write atomically: an interrupted run never leaves a half-written baseline."""
-    write_atomic(path, to_json(b))
+    """Write atomically: an interrupted run never leaves a half-written baseline, and one that
+    cannot be written (a read-only directory, a full disk) leaves the stored file as it was and
+    fails with one line naming the path."""
+    try:
+        write_atomic(path, to_json(b))
+    except OSError as err:
+        raise ConfigError(
+            f"{path}: cannot write the baseline ({err.strerror or err}); the stored file, if any, "
+            "is unchanged: make the directory writable or point --sme2-baseline-dir elsewhere"
+        ) from None
 
 
 def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baseline, tuple[str, ...]]:

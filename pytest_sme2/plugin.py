@@ -364,7 +364,7 @@ def sme2_judge(
         if baseline is None or sme2_settings.update_baselines:
             merged, changes = store.merge(baseline, store.from_measurement(measurement, tol), tol)
             if changes:
-                store.save(sme2_baseline_path, merged)
+                _or_fail(lambda: store.save(sme2_baseline_path, merged))
             request.node.stash[BASELINE_CHANGES_KEY] = changes
             missing = baseline is None and not sme2_settings.update_baselines
             baseline = merged

@@ -197,3 +197,19 @@ def test_instructions_per_operator_round_trip_and_update_as_one_block(tmp_path):
         "sme2-on instructions/inference 4000000 → 4200000",
         "instruction ratio 2.25× → 2.143×",  # exact counts: judged at the instruction tolerance
     )
+
+
+def test_a_baseline_that_cannot_be_written_is_one_line_naming_the_path(tmp_path):
+    """A directory that cannot take the file (here its parent is a file; a read-only mount or a
+    full disk fail the same call) keeps what is stored and says where and what to do."""
+    blocked = tmp_path / "baselines"
+    blocked.write_text("not a directory")
+    path = blocked / "host" / "toy-fp32.json"
+    with pytest.raises(ConfigError) as failure:
+        store.save(path, from_measurement(measurement(HOST), Tolerances()))
+    message = str(failure.value)
+    assert message.startswith(f"{path}: cannot write the baseline (")
+    assert "--sme2-baseline-dir" in message and "\n" not in message
+    assert blocked.read_text() == "not a directory"
+    with pytest.raises(ConfigError, match=r"cannot read the baseline \(Not a directory\)"):
+        store.load(path)

@@ -341,3 +341,15 @@ def test_an_emulated_device_runs_each_model_at_its_emulation_params(pytester, de
         """
     )
     run(pytester, f"--sme2-device={device}").assert_outcomes(passed=1)
+
+
+def test_a_baseline_path_that_cannot_be_used_fails_the_test_in_one_line(pytester):
+    make_suite(pytester)
+    (pytester.path / "blocked").write_text("a file where the baselines should go")
+    result = run(pytester, "--sme2-models=plug_a", "--sme2-baseline-dir=blocked")
+    result.assert_outcomes(errors=1)  # in the set-up that loads the baseline
+    out = result.stdout.str()
+    path = pytester.path / "blocked" / "host" / "plug_a-fp32.json"
+    assert f"{path}: cannot read the baseline (Not a directory)" in out
+    assert "Traceback" not in out and "raise ConfigError" not in out
+    assert (pytester.path / "blocked").read_text() == "a file where the baselines should go"
