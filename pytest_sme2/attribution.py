@@ -28,10 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_sme2.analysis import DELEGATE_CALL
 from pytest_sme2.errors import TraceError
 from pytest_sme2.trace import Event, Run, Trace
-
-DELEGATE_CALL = "DELEGATE_CALL"
 
 
 @dataclass(frozen=True)
@@ -54,20 +53,16 @@ def instruction_trace(trace: Trace, run_index: int, reads: Sequence[ClockRead]) 
 def instruction_run(run: Run, reads: Sequence[ClockRead], where: Path | str) -> Run:
     """``run`` with every event's start and end as the instruction count at that moment,
     counted from the first read (see the module docstring for how events meet reads)."""
-    index = _index_by_value(run, reads, where)
+    operators = _operators_by_call(run)
+    index = _index_by_value(run, reads, operators, where)
     at = [read.instructions for read in reads]
     times: list[tuple[int, int] | None] = [None] * len(run.events)
     for i, event in enumerate(run.events):
         if not _synthetic(run, event):
             times[i] = (at[index[event.start_ns]], at[index[event.end_ns]])
-    for i, event in enumerate(run.events):
-        if event.name != DELEGATE_CALL or event.delegated:
-            continue
-        ops = [k for k, e in enumerate(run.events) if e.parent == i and _synthetic(run, e)]
-        if not ops:
-            continue
+    for call, ops in operators.items():
         first = index[run.events[ops[0]].start_ns]  # the profiler's start
-        last = index[event.end_ns]
+        last = index[run.events[call].end_ns]
         spans = _operator_spans(run, ops, reads, first + 1, last, where)
         for k, (start, end) in zip(ops, spans, strict=True):
             times[k] = (at[start], at[end])
@@ -125,7 +120,9 @@ def _synthetic(run: Run, event: Event) -> bool:
     return event.delegated and event.parent >= 0 and run.events[event.parent].name == DELEGATE_CALL
 
 
-def _index_by_value(run: Run, reads: Sequence[ClockRead], where: Path | str) -> dict[int, int]:
+def _index_by_value(
+    run: Run, reads: Sequence[ClockRead], operators: dict[int, list[int]], where: Path | str
+) -> dict[int, int]:
     """ETDump time → index of the read that returned it, for the run's tracer-stamped times.
 
     The ETDump's times are the reads less a per-process origin: the origin is the one that makes
@@ -136,7 +133,7 @@ def _index_by_value(run: Run, reads: Sequence[ClockRead], where: Path | str) -> 
         for event in run.events
         if not _synthetic(run, event)
         for t in (event.start_ns, event.end_ns)
-    ] + [run.events[k].start_ns for k in _first_operators(run)]
+    ] + [run.events[ops[0]].start_ns for ops in operators.values()]  # the profilers' starts
     values = [read.ns for read in reads]
     position = {ns: i for i, ns in reversed(list(enumerate(values))) if ns is not None}
     start = run.events[0].start_ns
@@ -153,12 +150,11 @@ def _index_by_value(run: Run, reads: Sequence[ClockRead], where: Path | str) -> 
     )
 
 
-def _first_operators(run: Run) -> list[int]:
-    """Each delegate call's first operator event: its start is the profiler's own clock read."""
-    firsts = []
-    seen: set[int] = set()
+def _operators_by_call(run: Run) -> dict[int, list[int]]:
+    """Index of each delegate call that logged operator events → those events' indices, in
+    order (the first one's start is the profiler's own clock read)."""
+    operators: dict[int, list[int]] = {}
     for k, event in enumerate(run.events):
-        if _synthetic(run, event) and event.parent not in seen:
-            seen.add(event.parent)
-            firsts.append(k)
-    return firsts
+        if _synthetic(run, event):
+            operators.setdefault(event.parent, []).append(k)
+    return operators

@@ -142,7 +142,13 @@ def _run(
     artifact = export_model(get_model("toy_cnn"), dtype)
     plan = RunPlan(runs=1, warmup=0, traced=True)
     result = run_runner(
-        runner, artifact.pte, workdir, plan, inputs=artifact.inputs, prefix=prefix, timeout_s=900
+        runner,
+        artifact.pte,
+        workdir,
+        plan,
+        inputs=artifact.inputs,
+        prefix=prefix,
+        default_timeout_s=900,
     )
     assert result.etdump is not None and result.outputs is not None
     trace = read_etdump(result.etdump)

@@ -364,7 +364,7 @@ def test_timeout(runner: Path, programs: dict[str, Program], tmp_path: Path) -> 
             runner,
             programs["fp32"].pte,
             tmp_path,
-            RunPlan(runs=1, timeout_s=0.5),  # the plan's deadline; ``timeout_s=`` overrides it
+            RunPlan(runs=1, timeout_s=0.5),  # the plan's deadline, else the device's default
             inputs=programs["fp32"].inputs,
             prefix=stall,
         )

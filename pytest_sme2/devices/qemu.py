@@ -158,9 +158,14 @@ class QemuSme2Device(Device):
     ) -> RunResult:
         _, binary = self._prepared()
         prefix = self._prefix(variant)
-        deadline = plan.timeout_s or EMULATED_TIMEOUT_S
         return run_runner(
-            binary, model, workdir, plan, inputs=inputs, prefix=prefix, timeout_s=deadline
+            binary,
+            model,
+            workdir,
+            plan,
+            inputs=inputs,
+            prefix=prefix,
+            default_timeout_s=EMULATED_TIMEOUT_S,
         )
 
     def evidence(
@@ -193,7 +198,7 @@ class QemuSme2Device(Device):
             warmup=1,
             threads=threads,
             traced=True,
-            timeout_s=timeout_s or EMULATED_TIMEOUT_S,
+            timeout_s=timeout_s,
         )
         try:
             calls, result = _count_while(
@@ -207,6 +212,7 @@ class QemuSme2Device(Device):
                     inputs=inputs,
                     want_outputs=False,
                     prefix=self._prefix(variant, exec_log=fifo),
+                    default_timeout_s=EMULATED_TIMEOUT_S,
                 ),
             )
         finally:

@@ -222,11 +222,12 @@ class _Call:
         self.tail = _Segment()
         self.reads.append(ClockRead(ns, self.counted.instructions))
 
-    def end(self, blocks: Mapping[int, _Block]) -> _Segment:
+    def end(self, blocks: Mapping[int, _Block]) -> tuple[_Segment, tuple[ClockRead, ...]]:
+        """The call's counted segment and its clock reads."""
         self.tail.fold(blocks)
         if self.counted.executions == 0:
-            return self.tail
-        return self.counted
+            return self.tail, tuple(self.reads)
+        return self.counted, tuple(self.reads)
 
 
 def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> InstructionCount:
@@ -294,7 +295,7 @@ def _stream(
             if line.startswith(b"Trace "):
                 if entry is not None and entry in line:
                     if call is not None:
-                        calls.append((call.end(blocks), tuple(call.reads)))
+                        calls.append(call.end(blocks))
                     call = _Call()
                     segment = call.tail
                 if segment is not None:
@@ -342,7 +343,7 @@ def _stream(
     if marker:
         if call is None:
             raise TraceError(log_path, f"{marker[0]} never ran in the logged run")
-        calls.append((call.end(blocks), tuple(call.reads)))
+        calls.append(call.end(blocks))
     else:
         whole.fold(blocks)
         calls.append((whole, ()))

@@ -231,7 +231,7 @@ def instruction_table(m: Measurement) -> Table:
         rows.append(
             (
                 str(variant),
-                "—" if total is None else f"{round(total):,}",
+                "—" if total is None else f"{total:,}",
                 "—" if sme is None else f"{sme:,}",
                 "—" if not sme or not total else pct(sme / total),
                 str(len(evidence.sme2_kernels)) if evidence else "—",

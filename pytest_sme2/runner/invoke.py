@@ -111,12 +111,13 @@ def run_runner(
     want_outputs: bool = True,
     prefix: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
-    timeout_s: float | None = None,
+    default_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> RunResult:
     """Run ``model`` under ``plan``; RunnerError (stderr tail + command) if anything fails.
 
     ``prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
-    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``).
+    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``). The deadline
+    is ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME):
@@ -126,11 +127,11 @@ def run_runner(
         *runner_command(binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs),
     )
     shown = shlex.join(command)
-    deadline = timeout_s or plan.timeout_s or DEFAULT_TIMEOUT_S
+    deadline = plan.timeout_s or default_timeout_s
     try:
         proc = run_process(command, timeout_s=deadline, env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired as err:
-        said = _tail(_text(err.stderr)) if err.stderr else "(no output on stderr)"
+        said = _tail(err.stderr or "")
         raise RunnerError(
             f"the runner did not finish within its {deadline:g} s deadline (--sme2-timeout): "
             f"killed it and its process group; last output: {said}; command: {shown}"
@@ -183,10 +184,6 @@ def run_process(
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):  # already gone, group and all
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _text(output: str | bytes) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else output
 
 
 def exit_reason(returncode: int) -> str:
