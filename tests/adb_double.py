@@ -17,8 +17,11 @@ under the root is the device's CPU description. Failures it simulates, as a phon
 * ``lose_during_run: true`` — the next runner invocation dies with the connection (exit 255);
 * ``kill_runner_with: "SIGSEGV"`` — the next runner process gets that signal once it is running,
   and logcat gets the line Android's debuggerd writes;
-* ``hang_runner: true`` — the shell of the next runner invocation never answers (a wedged adbd
-  or a runner stuck in a kernel call): the double starts the runner and waits on nothing.
+* ``hang_runner: true`` — the next runner gets stuck (stopped, as in an uninterruptible kernel
+  call) and its shell never answers.
+
+As on a phone, what ``adb shell`` starts is not in adb's process group (it runs in a session of
+its own): killing the local adb leaves it running, and only a kill sent through adb ends it.
 """
 
 from __future__ import annotations
@@ -173,11 +176,18 @@ class Double:
             command = self.under_qemu(command)
         env = {**os.environ, "PATH": f"{self.state / 'bin'}:{os.environ['PATH']}"}
         proc = subprocess.Popen(
-            ["sh", "-c", command], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ["sh", "-c", command],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # the phone's process, not the adb client's
         )
         if runner and self.config.get("hang_runner"):
             configure(self.root, hang_runner=False)
-            while True:  # until killed: by the android device's deadline, with its whole group
+            stuck = _wait_for_runner(proc.pid)
+            if stuck is not None:
+                os.kill(stuck, signal.SIGSTOP)
+            while True:  # until the android device's deadline kills this adb
                 time.sleep(3600)
         if runner and self.config.get("lose_during_run"):
             _wait_for_runner(proc.pid)

@@ -6,6 +6,7 @@ simulated the way a phone shows them.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
@@ -77,18 +78,18 @@ def test_shell_command_runs_from_the_directory_with_its_libraries() -> None:
     argv = [str(directory / "sme2_runner"), "--model_path", "/data/x y/m.pte"]
     command = shell_command(directory, argv)
     assert command == (
-        f"cd {directory} && LD_LIBRARY_PATH={directory} {directory}/sme2_runner "
+        f"cd {directory} && export LD_LIBRARY_PATH={directory} && exec {directory}/sme2_runner "
         "--model_path '/data/x y/m.pte'"
     )
     shim = PurePosixPath("/data/local/tmp/pytest-sme2/hide_sme.so")
-    pinned = shell_command(directory, argv, preload=shim, cpu_mask="80")
-    words = shlex.split(pinned)
-    assert words[words.index("&&") + 1 :][:4] == [
-        f"LD_LIBRARY_PATH={directory}",
-        f"LD_PRELOAD={shim}",
-        "taskset",
-        "80",
+    pid = PurePosixPath("/data/local/tmp/pytest-sme2/runs/1-0/runner.pid")
+    pinned = shell_command(directory, argv, preload=shim, cpu_mask="80", pid_file=pid)
+    steps = [shlex.split(step) for step in pinned.split(" && ")]
+    assert steps[1:3] == [
+        ["export", f"LD_LIBRARY_PATH={directory}", f"LD_PRELOAD={shim}"],
+        ["echo", "$$", ">", str(pid)],
     ]
+    assert steps[3][:3] == ["exec", "taskset", "80"]
 
 
 def test_cpu_mask_must_be_nonzero_hex() -> None:
@@ -280,10 +281,11 @@ def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_
         f"android device {SERIAL} hung: adb did not finish within its 3 s deadline "
         "(--sme2-timeout), killed; command: "
     )
+    assert re.search(r"; the runner on the device \(pid \d+\) was killed$", message), message
     assert "lost" not in message
-    assert (
-        processes_mentioning(str(root)) == []
-    )  # the double and the shell it started went with the deadline
+    # the local adb went with its deadline; the stuck runner "on the phone", in a session of its
+    # own as there, went only because it was killed through adb
+    assert processes_mentioning(str(root)) == []
     # and the device is still usable: the next run goes through
     assert device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=1), tmp_path).latencies_ms
 

@@ -56,6 +56,10 @@ ANDROID_API = 28
 
 LOGCAT_NAME = "logcat.txt"
 _ADB_TIMEOUT_S = 300
+#: The deadline of the ``adb shell kill`` that ends a hung runner on the phone: a device that
+#: cannot answer that in a minute is wedged, and saying so beats waiting.
+_KILL_TIMEOUT_S = 60
+RUNNER_PID_NAME = "runner.pid"
 _LOGCAT_LINES = 400
 _DEVICE_LOST = re.compile(
     r"device (?:'[^']*' )?not found|no devices/emulators found|device offline|error: closed|"
@@ -159,18 +163,25 @@ def shell_command(
     *,
     preload: PurePosixPath | None = None,
     cpu_mask: str | None = None,
+    pid_file: PurePosixPath | None = None,
 ) -> str:
     """The ``adb shell`` command line that runs ``argv`` from ``directory``.
 
-    ``cd DIR && LD_LIBRARY_PATH=DIR [LD_PRELOAD=SHIM] [taskset MASK] ARGV...``: the runner's
-    libraries are beside it, the shim (SME2-off) is preloaded, the mask pins the cores.
+    ``cd DIR && export LD_LIBRARY_PATH=DIR [LD_PRELOAD=SHIM] && echo $$ > PID_FILE && exec
+    [taskset MASK] ARGV...``: the runner's libraries are beside it, the shim (SME2-off) is
+    preloaded, the mask pins the cores. ``exec`` makes the shell's pid, written to ``pid_file``,
+    the runner's own: killing the local ``adb`` does not end a process on the phone, so a runner
+    that hangs is killed by that pid (:meth:`AndroidDevice.run`).
     """
     env = [f"LD_LIBRARY_PATH={shlex.quote(str(directory))}"]
     if preload is not None:
         env.append(f"LD_PRELOAD={shlex.quote(str(preload))}")
+    steps = [f"cd {shlex.quote(str(directory))}", f"export {' '.join(env)}"]
+    if pid_file is not None:
+        steps.append(f"echo $$ > {shlex.quote(str(pid_file))}")
     pin = ["taskset", shlex.quote(cpu_mask)] if cpu_mask else []
-    words = [*env, *pin, *(shlex.quote(arg) for arg in argv)]
-    return f"cd {shlex.quote(str(directory))} && {' '.join(words)}"
+    steps.append(" ".join(["exec", *pin, *(shlex.quote(arg) for arg in argv)]))
+    return " && ".join(steps)
 
 
 def check_cpu_mask(mask: str) -> str:
@@ -180,6 +191,11 @@ def check_cpu_mask(mask: str) -> str:
             f"--sme2-cpu-mask={mask!r}: expected a non-zero hex CPU mask such as f0 or 0x80"
         )
     return mask
+
+
+class DeviceHung(RunnerError):
+    """An adb call that did not finish within its deadline: the device (or adbd) stopped
+    answering, or the process it runs never returned. Not a lost device: it is still listed."""
 
 
 @dataclass(frozen=True)
@@ -404,7 +420,7 @@ class AndroidDevice(Device):
                 "pass the adb path"
             ) from err
         except subprocess.TimeoutExpired:
-            raise RunnerError(
+            raise DeviceHung(
                 f"android device {self.serial} hung: adb did not finish within its {timeout:g} s "
                 f"deadline (--sme2-timeout), killed; command: {shlex.join(command)}"
             ) from None
@@ -597,13 +613,19 @@ class AndroidDevice(Device):
             inputs=Path(str(remote_inputs)),
         )
         preload = self._preload if variant is Variant.OFF else None
-        command = shell_command(bundle.directory, argv, preload=preload, cpu_mask=self.cpu_mask)
+        pid_file = remote_dir / RUNNER_PID_NAME
+        command = shell_command(
+            bundle.directory, argv, preload=preload, cpu_mask=self.cpu_mask, pid_file=pid_file
+        )
         workdir.mkdir(parents=True, exist_ok=True)
         for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOGCAT_NAME):
             (workdir / name).unlink(missing_ok=True)
         self._shell(f"mkdir -p {shlex.quote(str(remote_dir))}")
         self._adb("logcat", "-c", check=False)  # some devices refuse; the log is then longer
-        result = self._shell(command, check=False, timeout=plan.timeout_s or DEFAULT_TIMEOUT_S)
+        try:
+            result = self._shell(command, check=False, timeout=plan.timeout_s or DEFAULT_TIMEOUT_S)
+        except DeviceHung as hung:
+            raise DeviceHung(f"{hung}; {self._kill_remote(pid_file)}") from None
         log = result.stdout + result.stderr
         remote = (str(self.adb), "-s", self.serial, "shell", command)
         shown = shlex.join(remote)
@@ -619,6 +641,29 @@ class AndroidDevice(Device):
         kernels = {use.name for use in parse_kernel_log([*log.splitlines(), *logcat.splitlines()])}
         self._kernels.setdefault((model, variant), set()).update(kernels)
         return collect_result(workdir, plan, log, remote)
+
+    def _kill_remote(self, pid_file: PurePosixPath) -> str:
+        """Kill the runner that ``pid_file`` names on the phone; what happened, as a clause.
+
+        Killing the local ``adb`` (its deadline) ends the shell's connection, not the process on
+        the phone, which would go on holding the cores the next case is timed on.
+        """
+        path = shlex.quote(str(pid_file))
+        script = (
+            f"pid=$(cat {path}) && if kill -9 $pid 2>/dev/null; then echo killed $pid; "
+            f"else echo ended $pid; fi"
+        )
+        try:
+            answer = self._shell(script, check=False, timeout=_KILL_TIMEOUT_S)
+        except RunnerError as err:  # hung again, or lost
+            return f"the runner on the device could not be killed ({err})"
+        said = answer.stdout.split()
+        if said[:1] == ["killed"]:
+            return f"the runner on the device (pid {said[1]}) was killed"
+        if said[:1] == ["ended"]:
+            return f"the runner on the device (pid {said[1]}) had ended"
+        reason = _tail(answer.stderr or answer.stdout)
+        return f"the runner on the device could not be killed (no pid in {pid_file}: {reason})"
 
     def _fail_run(self, code: int, said: str, shown: str, workdir: Path) -> None:
         """Raise the RunnerError for a failed remote run, with the device log saved beside it."""
