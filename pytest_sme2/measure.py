@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pytest_sme2.analysis import INSTRUCTIONS, Comparison, Profile, compare, profile
 from pytest_sme2.categories import Classifier
+from pytest_sme2.deadline import Deadline
 from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.etrecord import delegate_backends
@@ -34,7 +35,8 @@ class MeasurePlan:
     threads: int = 1
     rounds: int = 10
     traced_runs: int = 10
-    #: every runner call's deadline in seconds; None: the device's default
+    #: every runner call's deadline in seconds (``--sme2-timeout``); None: from the baseline
+    #: (:mod:`pytest_sme2.deadline`), else the device's default
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -125,12 +127,15 @@ def measure(
     classifier: Classifier | None = None,
     reference: tuple[Path, Path] | None = None,
     etrecord: Path | None = None,
+    deadline: Deadline | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
     each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
     time is meaningful, so latency can be judged against the machine's speed of the moment.
-    ``etrecord`` names the backend of delegated operators."""
+    ``etrecord`` names the backend of delegated operators. ``deadline`` sets each runner call's
+    deadline (default: ``plan.timeout_s``, else the device's)."""
     info = device.info()
+    deadline = deadline or Deadline(plan.timeout_s)
     variants = info.variants
     backends = delegate_backends(etrecord) if etrecord is not None else None
     timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
@@ -141,7 +146,7 @@ def measure(
             warmup=plan.warmup,
             threads=plan.threads,
             traced=True,
-            timeout_s=plan.timeout_s,
+            timeout_s=deadline.seconds(plan.warmup + plan.traced_runs),
         )
         for index, runs in enumerate(plan.runs_per_round()):
             order = variants if index % 2 == 0 else tuple(reversed(variants))
@@ -150,7 +155,7 @@ def measure(
                 warmup=plan.warmup,
                 threads=plan.threads,
                 traced=False,
-                timeout_s=plan.timeout_s,
+                timeout_s=deadline.seconds(plan.warmup + runs),
             )
             for variant in order:
                 workdir_round = workdir / f"{variant}-round{index}"
@@ -167,7 +172,7 @@ def measure(
         # per variant gives the operator names, structure and outputs; the device's evidence run
         # gives the instruction counts.
         traced_plan = RunPlan(
-            runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=plan.timeout_s
+            runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=deadline.seconds(1)
         )
     measured: dict[Variant, VariantMeasurement] = {}
     for variant in variants:
@@ -182,7 +187,7 @@ def measure(
                 variant,
                 plan.threads,
                 workdir / f"{variant}-evidence",
-                timeout_s=plan.timeout_s,
+                deadline=deadline,
             )
         counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
         measured[variant] = VariantMeasurement(

@@ -243,9 +243,15 @@ def sme2_measure(
     sme2_artifacts_dir: Path,
     sme2_reference: tuple[Path, Path],
     sme2_machine_speed: MachineSpeed,
+    sme2_baseline: Baseline | None,
 ) -> Callable[[str], Measurement]:
-    """``sme2_measure(label)``: measure the current case afresh, its files under ``label``."""
+    """``sme2_measure(label)``: measure the current case afresh, its files under ``label``.
+
+    Each runner call's deadline follows from the case's baseline (``pytest_sme2.deadline``)."""
+    from pytest_sme2.deadline import case_deadline
     from pytest_sme2.measure import measure
+
+    deadline = case_deadline(sme2_baseline, sme2_device.info(), sme2_settings.plan.timeout_s)
 
     def measure_case(label: str) -> Measurement:
         result = _or_fail(
@@ -260,6 +266,7 @@ def sme2_measure(
                 classifier=sme2_settings.classifier,
                 reference=sme2_reference,
                 etrecord=sme2_artifact.etrecord,
+                deadline=deadline,
             )
         )
         request.node.stash[MEASUREMENT_KEY] = result

@@ -45,8 +45,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "timeout",
         "0",
-        "deadline of each runner call in seconds (0: the device's default, 900 native, "
-        "3600 emulated); on expiry the run and its process group are killed",
+        "deadline of each runner call in seconds (0: from the case's baseline, 60 s + 20× its "
+        "slowest run, else the device's default, 900 native, 3600 emulated); on expiry the run "
+        "and its process group are killed",
         "float",
     ),
     Option("threads", "1", "CPU threads: one number or a comma-separated list (1,2)"),

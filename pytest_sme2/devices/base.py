@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.trace import Trace
 
@@ -157,8 +158,8 @@ class Device(ABC):
         threads: int,
         workdir: Path,
         *,
-        timeout_s: float | None = None,
+        deadline: Deadline = DEFAULT_DEADLINE,
     ) -> Sme2Evidence | None:
         """Kernel/instruction evidence for ``variant``, or None where the device has none;
-        ``timeout_s`` is the deadline of any run it makes (None: the device's default)."""
+        ``deadline`` gives the deadline of any run it makes."""
         return None
