@@ -9,16 +9,18 @@ Categories and operators come from one traced run per variant.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from pytest_sme2.analysis import INSTRUCTIONS, Comparison, Profile, compare, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
 from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
-from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
 from pytest_sme2.runner.invoke import RunPlan, RunResult
@@ -128,12 +130,14 @@ def measure(
     reference: tuple[Path, Path] | None = None,
     etrecord: Path | None = None,
     deadline: Deadline | None = None,
+    expected_outputs: Path | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
     each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
     time is meaningful, so latency can be judged against the machine's speed of the moment.
     ``etrecord`` names the backend of delegated operators. ``deadline`` sets each runner call's
-    deadline (default: ``plan.timeout_s``, else the device's)."""
+    deadline (default: ``plan.timeout_s``, else the device's). ``expected_outputs`` (the export's
+    eager outputs) are what every variant's outputs must match in count and shape."""
     info = device.info()
     deadline = deadline or Deadline(plan.timeout_s)
     variants = info.variants
@@ -174,12 +178,15 @@ def measure(
         traced_plan = RunPlan(
             runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=deadline.seconds(1)
         )
+    expected = read_tensors(expected_outputs) if expected_outputs is not None else None
     measured: dict[Variant, VariantMeasurement] = {}
     for variant in variants:
         with _naming(info, variant):
             traced = device.run(pte, inputs, variant, traced_plan, workdir / f"{variant}-traced")
-        assert traced.etdump is not None, "a traced run always writes an ETDump"
-        trace = read_etdump(traced.etdump)
+            assert traced.etdump is not None, "a traced run always writes an ETDump"
+            trace = read_etdump(traced.etdump)
+            if expected is not None and traced.outputs is not None:
+                _check_outputs(traced.outputs, expected)
         with _naming(info, variant, "evidence run"):
             evidence = device.evidence(
                 pte,
@@ -221,9 +228,23 @@ def _naming(info: DeviceInfo, variant: Variant, what: str = "") -> Iterator[None
     line a test fails with says where it happened."""
     try:
         yield
-    except RunnerError as err:
+    except (RunnerError, TraceError) as err:
         where = f"{info.name} ({variant}{', ' + what if what else ''})"
         raise RunnerError(f"{where}: {err}") from err
+
+
+def _check_outputs(outputs: Path, expected: Sequence[np.ndarray]) -> None:
+    """RunnerError unless the runner's outputs have the program's count and shapes.
+
+    A runtime that returns the wrong tensors (a broken build, a truncated output file) would
+    otherwise pass every gate, which judge time and structure only; on a device that runs one
+    variant, there is no SME2-off to compare with either. Values are judged where the program
+    is exported (against eager PyTorch) and, where both variants run, by their parity.
+    """
+    try:
+        compare_outputs(read_tensors(outputs), expected, what="eager PyTorch")
+    except MismatchError as err:
+        raise RunnerError(f"{outputs}: the outputs do not fit the program: {err}") from None
 
 
 def _parity(

@@ -267,6 +267,7 @@ def sme2_measure(
                 reference=sme2_reference,
                 etrecord=sme2_artifact.etrecord,
                 deadline=deadline,
+                expected_outputs=sme2_artifact.expected_outputs,
             )
         )
         request.node.stash[MEASUREMENT_KEY] = result

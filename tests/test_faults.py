@@ -7,6 +7,7 @@ one, but never returns for one model; the other model runs through it for real.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -137,3 +138,110 @@ def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_
     # its 20 s deadline, plus the session's exports of both models (done in its set-up)
     assert cases["test_model[hangs-fp32]"] < 90, cases
     assert _alive(marker) == []
+
+
+FAULTS = ("killed", "truncated", "empty_timings", "bad_timings", "shape")
+
+#: A qemu-aarch64 that runs the real one and, for the traced runs of the model named after a
+#: fault, does to them what a crashing runner or a broken device does. The runner really runs;
+#: only what it left behind is damaged (or it is killed by a real signal while it runs).
+FAULTY_QEMU = """#!{python}
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+REAL = {real!r}
+args = sys.argv[1:]
+
+
+def path(flag):
+    return Path(args[args.index(flag) + 1])
+
+
+model = args[args.index("--model_path") + 1] if "--model_path" in args else ""
+fault = next((f for f in {faults!r} if f + "_xnnpack" in model), None)
+if fault is None or "--etdump_path" not in args:
+    os.execv(REAL, [REAL, *args])
+runner = subprocess.Popen([REAL, *args])
+if fault == "killed":
+    time.sleep(0.1)  # qemu is still loading the program: 0.5 s or more for a traced run here
+    runner.send_signal(signal.SIGSEGV)
+code = runner.wait()
+if code < 0:  # die the way the runner died
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+if code != 0:
+    sys.exit(code)
+if fault == "truncated":
+    data = path("--etdump_path").read_bytes()
+    path("--etdump_path").write_bytes(data[: len(data) // 2])
+elif fault == "empty_timings":
+    path("--timings").write_text("")
+elif fault == "bad_timings":
+    path("--timings").write_text(path("--timings").read_text()[:-4])
+elif fault == "shape":
+    from pytest_sme2.tensors import read_tensors, write_tensors
+    outputs = path("--outputs")
+    write_tensors(outputs, [tensor[..., :1] for tensor in read_tensors(outputs)])
+"""
+
+#: What each fault's one line says after "qemu-sme2 (sme2-on): ".
+FAULT_SENTENCES = {
+    "killed": r"runner killed by SIGSEGV: .*; command: \S*qemu-aarch64 .*",
+    "truncated": r"\S+/sme2-on-traced/run\.etdump: .*",
+    "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
+    "bad_timings": r"\S+/timings\.json: runner timings unreadable \(.*",
+    "shape": r"\S+/outputs\.tensors: the outputs do not fit the program: output 0 has shape "
+    r"\(1, 1\), eager PyTorch's is \(1, 8\)",
+}
+
+
+def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+) -> None:
+    """A runner killed by a signal in its traced run, a truncated ETDump, an empty and a
+    malformed timings file, outputs of the wrong shape: each fails its own test with one line
+    naming the device, the variant and what went wrong; the healthy model passes."""
+    wrapper = tmp_path / "qemu-aarch64"
+    wrapper.write_text(
+        FAULTY_QEMU.format(
+            python=sys.executable, real=str(qemu_device._prepared()[0].qemu), faults=FAULTS
+        )
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    models = "\n".join(
+        f'@register_model("{name}", inputs=small_inputs, dtypes=("fp32",))\n'
+        f"def {name}():\n    torch.manual_seed(0)\n    return Small().eval()\n"
+        for name in FAULTS
+    )
+    pytester.makeconftest(INNER_CONFTEST + "\n\n" + models)
+    pytester.makepyfile(test_broken=INNER_TEST)
+    junit = tmp_path / "junit.xml"
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        f"--sme2-qemu={wrapper}",
+        f"--sme2-models={','.join(('fine', *FAULTS))}",
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        "--sme2-update-baselines",
+        f"--junitxml={junit}",
+        timeout=1200,
+    )
+    result.assert_outcomes(passed=1, errors=len(FAULTS))
+    errors = {
+        case.get("name"): case.find("error").get("message")
+        for case in ET.parse(junit).iter("testcase")
+        if case.find("error") is not None
+    }
+    for fault, sentence in FAULT_SENTENCES.items():
+        message = errors[f"test_model[{fault}-fp32]"]
+        assert "\n" not in message.strip(), message
+        assert re.fullmatch(
+            r"failed on setup with \"Failed: qemu-sme2 \(sme2-on\): " + sentence + '"',
+            message.strip(),
+        ), (fault, message)
+    assert _alive(str(wrapper)) == []

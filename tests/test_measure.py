@@ -16,7 +16,7 @@ from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export import export_model
 from pytest_sme2.measure import MeasurePlan, _parity, measure
 from pytest_sme2.models import get_model
-from pytest_sme2.tensors import write_tensors
+from pytest_sme2.tensors import read_tensors, write_tensors
 from tests.measurements import OFF_OPS, ON_OPS, variant
 
 
@@ -126,3 +126,35 @@ def test_the_fastest_of_two_measurements_is_the_one_taken_while_the_machine_was_
     disturbed = measurement(off_latencies=(10.8, 10.9, 10.7))
     settled = measurement(off_latencies=(10.0, 10.2, 9.9))
     assert fastest(disturbed, settled) is settled and fastest(settled, disturbed) is settled
+
+
+def test_outputs_that_do_not_fit_the_program_fail_naming_device_and_variant(tmp_path: Path):
+    """The runner's outputs must have the shapes of the export's eager outputs."""
+    artifact = export_model(get_model("toy_cnn"), "fp32")
+    device = HostDevice()
+    device.prepare()
+    plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
+
+    def measured(expected: Path):
+        return measure(
+            device,
+            model="toy_cnn",
+            dtype="fp32",
+            pte=artifact.pte,
+            inputs=artifact.inputs,
+            plan=plan,
+            workdir=tmp_path / expected.stem,
+            expected_outputs=expected,
+        )
+
+    assert measured(artifact.expected_outputs).variants  # the real ones fit
+    (real,) = read_tensors(artifact.expected_outputs)
+    other = tmp_path / "other.tensors"
+    write_tensors(other, [real[..., :1]])
+    with pytest.raises(RunnerError) as failure:
+        measured(other)
+    assert str(failure.value).startswith("host (sme2-off): ")
+    assert (
+        f"the outputs do not fit the program: output 0 has shape {real.shape}, eager PyTorch's "
+        f"is {real[..., :1].shape}" in str(failure.value)
+    )
