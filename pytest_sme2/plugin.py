@@ -80,21 +80,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from pytest_sme2.interrupt import unwind_on_sigterm
     from pytest_sme2.report.hooks import ReportPlugin
 
     config.addinivalue_line("markers", MARKER_HELP)
     config.pluginmanager.register(ReportPlugin(config), "sme2-report")
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        # The xdist controller collects nothing, so it never resolves the settings; it writes
+        # the session report.md and must outlive its workers to stop them in order.
+        config.add_cleanup(unwind_on_sigterm())
 
 
 def _settings(config: pytest.Config) -> Settings:
     """Settings resolved once per session. A bad value fails collection of the sme2 tests with one
     line naming the option; tests that use no sme2 fixture never resolve them."""
+    from pytest_sme2.interrupt import unwind_on_sigterm
     from pytest_sme2.settings import resolve
 
     if SETTINGS_KEY not in config.stash:
         config.stash[SETTINGS_KEY] = _or_fail(
             lambda: resolve(config.getoption, config.getini, config.rootpath)
         )
+        # a session that runs sme2 tests starts runners: SIGTERM must unwind it, not drop it
+        # (an xdist controller installed it at configure time: installing again is a no-op)
+        config.add_cleanup(unwind_on_sigterm())
     return config.stash[SETTINGS_KEY]
 
 

@@ -8,6 +8,7 @@ one, but never returns for one model; the other model runs through it for real.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.baseline import load
 from pytest_sme2.cache import cache_root
 from pytest_sme2.runner.invoke import run_process
+from tests.inner import INNER_TEST, inner_conftest
 from tests.processes import processes_mentioning
 
 pytest_plugins = ["pytester"]
@@ -58,44 +61,6 @@ def test_an_interrupted_wait_kills_the_group_too() -> None:
     assert _alive(marker) == []
 
 
-INNER_CONFTEST = """
-import torch
-from torch import nn
-
-from pytest_sme2 import register_model
-
-
-class Small(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-
-    def forward(self, x):
-        return torch.relu(self.conv(x)).mean(dim=(2, 3))
-
-
-def small_inputs(seed):
-    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),)
-
-
-@register_model("hangs", inputs=small_inputs, dtypes=("fp32",))
-def hangs():
-    torch.manual_seed(0)
-    return Small().eval()
-
-
-@register_model("fine", inputs=small_inputs, dtypes=("fp32",))
-def fine():
-    torch.manual_seed(1)
-    return Small().eval()
-"""
-
-INNER_TEST = """
-def test_model(sme2_measurement, sme2_judge):
-    sme2_judge(sme2_measurement)
-"""
-
-
 def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_on(
     pytester: pytest.Pytester,
     tmp_path: Path,
@@ -111,7 +76,7 @@ def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_
     )
     wrapper.chmod(0o755)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makeconftest(inner_conftest("hangs", "fine"))
     pytester.makepyfile(test_hang=INNER_TEST)
     junit = tmp_path / "junit.xml"
     result = pytester.runpytest_subprocess(
@@ -212,12 +177,7 @@ def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
     )
     wrapper.chmod(0o755)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    models = "\n".join(
-        f'@register_model("{name}", inputs=small_inputs, dtypes=("fp32",))\n'
-        f"def {name}():\n    torch.manual_seed(0)\n    return Small().eval()\n"
-        for name in FAULTS
-    )
-    pytester.makeconftest(INNER_CONFTEST + "\n\n" + models)
+    pytester.makeconftest(inner_conftest("fine", *FAULTS))
     pytester.makepyfile(test_broken=INNER_TEST)
     junit = tmp_path / "junit.xml"
     result = pytester.runpytest_subprocess(
@@ -245,3 +205,70 @@ def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
             message.strip(),
         ), (fault, message)
     assert _alive(str(wrapper)) == []
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "xdist"])
+def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_no_process(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+    workers: int,
+) -> None:
+    """CI's SIGTERM while one case's runner is running, after another case was judged: the
+    session unwinds as after Ctrl-C. report.md lists the judged case, every baseline parses,
+    and no process the session started is left."""
+    marker = f"3600.572{workers}"
+    wrapper = tmp_path / "qemu-aarch64"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *hangs_xnnpack*) exec sleep {marker};; esac\n'
+        f'exec {qemu_device._prepared()[0].qemu} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(inner_conftest("fine", "hangs"))  # judged, then cut in its run
+    pytester.makepyfile(test_cut=INNER_TEST)
+    baselines, artifacts = tmp_path / "baselines", tmp_path / "artifacts"
+    session = pytester.popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *(["-n", str(workers)] if workers else []),
+            "--sme2-device=qemu-sme2",
+            f"--sme2-qemu={wrapper}",
+            f"--sme2-baseline-dir={baselines}",
+            f"--sme2-artifacts={artifacts}",
+            "--sme2-update-baselines",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    judged = artifacts / "qemu-sme2" / "fine-fp32" / "report.md"  # written once it is judged
+    try:
+        deadline = time.monotonic() + 300
+        while not (judged.is_file() and _alive(marker)):
+            assert session.poll() is None, session.stdout.read().decode()
+            assert time.monotonic() < deadline, "the session never reached both cases"
+            time.sleep(0.5)
+        time.sleep(2)  # the judged case's report reaches the xdist controller
+        session.send_signal(signal.SIGTERM)
+        session.wait(timeout=120)
+    finally:
+        if session.poll() is None:  # this test failed: leave nothing behind either
+            session.kill()
+            subprocess.run(["pkill", "-f", marker], check=False)
+    text = session.stdout.read().decode(errors="replace")
+    assert session.returncode == pytest.ExitCode.INTERRUPTED, text
+    assert "SIGTERM: pytest-sme2 stopped the session" in text
+    report = (artifacts / "report.md").read_text()
+    assert "fine" in report and "hangs" not in report
+    stored = sorted(baselines.rglob("*.json"))
+    assert [path.name for path in stored] == ["fine-fp32.json"]
+    for path in stored:
+        assert load(path) is not None
+    time.sleep(0.5)
+    assert _alive(marker) == [] and _alive(str(wrapper)) == []

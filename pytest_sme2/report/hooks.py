@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import os
-import warnings
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -34,6 +33,7 @@ class ReportPlugin:
         self.local: dict[str, tuple[Any, tuple[Any, ...]]] = {}  # nodeid → (measurement, verdicts)
         self.dirs: dict[str, Path] = {}  # nodeid → artifact dir, from this process or xdist workers
         self.session_report: Path | None = None
+        self.session_report_error = ""  # why report.md could not be written (a full disk)
         # Terminal rows travel on the test reports, so the xdist controller gets them too.
         self.summary_rows: list[dict[str, str]] = []
         self.skipped: set[str] = set()
@@ -91,12 +91,13 @@ class ReportPlugin:
                     classifier=settings.classifier if settings is not None else None,
                     title=item.nodeid,
                 )
-            except OSError as err:  # a full disk must not hide the test's own result
-                warnings.warn(
+            except OSError as err:  # a full disk, a read-only mount: one line, not a traceback
+                # A report that CI archives without its files would pass for a complete one.
+                report.outcome = "failed"
+                report.longrepr = (
                     f"pytest-sme2: cannot write the report files of {item.nodeid} to "
-                    f"{directory}: {err}",
-                    pytest.PytestWarning,
-                    stacklevel=1,
+                    f"{directory}: {err.strerror or err}"
+                    + (f" ({err.filename})" if err.filename else "")
                 )
             else:
                 links = [(label, self._href(path)) for label, path in written.links()]
@@ -177,8 +178,17 @@ class ReportPlugin:
             entries.append(SessionEntry(nodeid, m, tuple(verdicts), directory / REPORT_NAME))
         # Test dirs are <root>/<device>/<case> (the sme2_artifacts_dir fixture): report in root.
         root = next(iter(self.dirs.values())).parent.parent
-        self.session_report = root / SESSION_REPORT_NAME
-        write_atomic(self.session_report, session_report(entries, base=root))
+        path = root / SESSION_REPORT_NAME
+        try:
+            write_atomic(path, session_report(entries, base=root))
+        except OSError as err:  # the session's verdicts stand; the missing report fails it
+            self.session_report_error = (
+                f"pytest-sme2: cannot write the session report {path}: {err.strerror or err}"
+            )
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        else:
+            self.session_report = path
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_sme2.report.content import untimed_summary
@@ -193,6 +203,8 @@ class ReportPlugin:
             terminalreporter.write_line(line)
         if self.session_report is not None:
             terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")
+        if self.session_report_error:
+            terminalreporter.write_line(self.session_report_error, red=True)
         if self.baseline_changes:
             terminalreporter.section("pytest-sme2 baselines written")
             for line in baseline_change_lines(self.baseline_changes):

@@ -1,0 +1,41 @@
+"""SIGTERM ends a session the way Ctrl-C does: in order, not by vanishing.
+
+CI cancels a job, and a batch system ends one over time, with SIGTERM, whose default action ends
+Python at once: no ``finally`` runs, so a runner's process group is left running (qemu for
+minutes, a phone's runner holding its cores) and the session report.md is never written.
+Turned into a ``KeyboardInterrupt``, it unwinds like Ctrl-C: the runner call in progress kills
+its process group (:func:`pytest_sme2.runner.invoke.run_process`), pytest reports the session as
+interrupted, and the session hooks write report.md with every case judged so far. Baselines are
+written atomically, so none is left half-written either way.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+
+class Terminated(KeyboardInterrupt):
+    """The session received SIGTERM."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(
+        "SIGTERM: pytest-sme2 stopped the session; the cases judged so far are in its report.md"
+    )
+
+
+def unwind_on_sigterm() -> Callable[[], None]:
+    """Make SIGTERM raise :class:`Terminated` in the main thread; returns what undoes it.
+
+    Only where SIGTERM still has its default action: a handler someone else installed (a CI
+    wrapper, another plugin) is theirs, and is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+    signal.signal(signal.SIGTERM, _terminate)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -1,0 +1,43 @@
+"""Small inner sessions for pytester: a tiny model registered under names of the test's choosing.
+
+A fault is aimed at one case by its model's name: the program's path holds ``NAME_xnnpack``, so a
+wrapper (a user's qemu, a runner's disk) can single it out while the other cases run for real.
+"""
+
+from __future__ import annotations
+
+SMALL_MODEL = """
+import torch
+from torch import nn
+
+from pytest_sme2 import register_model
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean(dim=(2, 3))
+
+
+def small_inputs(seed):
+    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),)
+"""
+
+
+def inner_conftest(*names: str) -> str:
+    """A conftest registering the small model under each of ``names``: cases run in this order,
+    and a qemu wrapper can single one out by its name (``NAME_xnnpack`` in the program's path)."""
+    return SMALL_MODEL + "".join(
+        f'\n\n@register_model("{name}", inputs=small_inputs, dtypes=("fp32",))\n'
+        f"def {name}():\n    torch.manual_seed({seed})\n    return Small().eval()\n"
+        for seed, name in enumerate(names)
+    )
+
+
+INNER_TEST = """
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
