@@ -279,7 +279,7 @@ def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_
     message = str(failure.value)
     assert message.startswith(
         f"android device {SERIAL} hung: adb did not finish within its 3 s deadline "
-        "(--sme2-timeout), killed; command: "
+        "(--sme2-timeout), killed; last output: (no output); command: "
     )
     assert re.search(r"; the runner on the device \(pid \d+\) was killed$", message), message
     assert "lost" not in message

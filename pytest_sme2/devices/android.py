@@ -420,10 +420,12 @@ class AndroidDevice(Device):
                 f"--sme2-adb={self.adb}: no such program; install Android platform-tools or "
                 "pass the adb path"
             ) from err
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as err:
+            said = _tail(f"{err.stdout or ''}\n{err.stderr or ''}")
             raise DeviceHung(
                 f"android device {self.serial} hung: adb did not finish within its {timeout:g} s "
-                f"deadline (--sme2-timeout), killed; command: {shlex.join(command)}"
+                f"deadline (--sme2-timeout), killed; last output: {said}; "
+                f"command: {shlex.join(command)}"
             ) from None
         if check and result.returncode != 0:
             said = _tail(result.stderr or result.stdout)
