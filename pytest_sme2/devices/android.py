@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
@@ -94,6 +95,10 @@ unsigned long __getauxval(unsigned long type) {
 _SYSTEM_LIBRARIES = frozenset(
     {"libc.so", "libm.so", "libdl.so", "liblog.so", "libandroid.so", "libz.so", "ld-android.so"}
 )
+
+
+#: The spec keys of the runner options, for the devices that take them.
+RUNNER_SPEC_KEYS = {"runner-on": "sme2_runner_on", "runner-off": "sme2_runner_off"}
 
 
 def add_runner_options(add: Callable[..., None]) -> None:
@@ -370,6 +375,14 @@ class AndroidDevice(Device):
         self._pushed: dict[tuple[str, int, int], PurePosixPath] = {}
         self._runs = itertools.count()
         self._kernels: dict[tuple[Path, Variant], set[str]] = {}
+
+    spec_keys: ClassVar[Mapping[str, str]] = {
+        "serial": "sme2_adb_serial",
+        "adb": "sme2_adb",
+        "dir": "sme2_android_dir",
+        "cpu-mask": "sme2_cpu_mask",
+        **RUNNER_SPEC_KEYS,
+    }
 
     @classmethod
     def add_options(cls, add: Callable[..., None]) -> None:

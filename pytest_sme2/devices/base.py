@@ -118,6 +118,9 @@ class Device(ABC):
     #: Whether this device emulates the CPU: models are then built with their emulation params
     #: (smaller inputs, see ``pytest_sme2.models``). Known before ``prepare``, at collection.
     emulates_cpu: ClassVar[bool] = False
+    #: The keys a device spec (``KIND:KEY=VALUE``) takes, each naming one of the device's option
+    #: dests (``{"vl": "sme2_qemu_vl"}``); see :mod:`pytest_sme2.devices.spec`.
+    spec_keys: ClassVar[Mapping[str, str]] = {}
 
     @classmethod  # noqa: B027  (optional hook: a no-op default on purpose)
     def add_options(cls, add: Callable[..., None]) -> None:

@@ -18,10 +18,11 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
-from pytest_sme2.devices.android import add_runner_options
+from pytest_sme2.devices.android import RUNNER_SPEC_KEYS, add_runner_options
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
@@ -120,6 +121,8 @@ class MacDevice(Device):
         self._runners: dict[Variant, Path] = {}
         self._shim: Path | None = None
         self._kernels: dict[tuple[Path, Variant], set[str]] = {}
+
+    spec_keys: ClassVar[Mapping[str, str]] = RUNNER_SPEC_KEYS
 
     @classmethod
     def add_options(cls, add: Callable[..., None]) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pytest_sme2.attribution import instruction_trace
 from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
@@ -67,6 +67,8 @@ class QemuSme2Device(Device):
         self.sme_vector_length = sme_vector_length
         self._toolchain: QemuToolchain | None = None
         self._binary: Path | None = None
+
+    spec_keys: ClassVar[Mapping[str, str]] = {"qemu": "sme2_qemu", "vl": "sme2_qemu_vl"}
 
     @classmethod
     def add_options(cls, add: Callable[..., None]) -> None:

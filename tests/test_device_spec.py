@@ -1,0 +1,71 @@
+"""Device specs (``KIND[:KEY=VALUE…]``): parsing, their names, and keys that are real options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_sme2.devices.registry import DEVICE_CLASSES
+from pytest_sme2.devices.spec import DeviceSpec, parse_device_specs
+from pytest_sme2.errors import ConfigError
+
+
+def test_a_fleet_parses_in_order_with_each_devices_options() -> None:
+    specs = parse_device_specs(
+        "qemu-sme2:vl=32, qemu-sme2:vl=64,android:serial=R5CX:cpu-mask=80,mac"
+    )
+    assert specs == (
+        DeviceSpec("qemu-sme2", (("vl", "32"),)),
+        DeviceSpec("qemu-sme2", (("vl", "64"),)),
+        DeviceSpec("android", (("serial", "R5CX"), ("cpu-mask", "80"))),
+        DeviceSpec("mac"),
+    )
+    assert [spec.id for spec in specs] == [
+        "qemu-sme2:vl=32",
+        "qemu-sme2:vl=64",
+        "android:serial=R5CX:cpu-mask=80",
+        "mac",
+    ]
+    # a plain device keeps the folder every existing baseline is in; no colon in any folder
+    assert [spec.directory for spec in specs][-1] == "mac"
+    assert all(":" not in spec.directory for spec in specs)
+
+
+def test_a_specs_key_wins_over_the_flag_which_stays_the_default() -> None:
+    flags = {"sme2_qemu_vl": "16", "sme2_qemu": "/opt/qemu-aarch64"}.get
+    (vl64,) = parse_device_specs("qemu-sme2:vl=64")
+    get = vl64.getter(flags)
+    assert get("sme2_qemu_vl") == "64" and get("sme2_qemu") == "/opt/qemu-aarch64"
+    assert DeviceSpec("qemu-sme2").getter(flags)("sme2_qemu_vl") == "16"
+    device = DEVICE_CLASSES["qemu-sme2"].from_options(get)
+    assert device.sme_vector_length == 64  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("qemu-sme2:vl", "expected KIND[:KEY=VALUE…], got 'vl'"),
+        ("qemu-sme2:speed=2", "qemu-sme2 takes no key 'speed' (its keys: qemu, vl)"),
+        ("host:vl=2", "host takes no key 'vl' (its keys: none)"),
+        ("phone", "'phone' is not a device; choose one of: android, host, mac, qemu-sme2"),
+        ("host,,mac", "an empty device in the list"),
+        ("mac,mac", "'mac' is listed twice"),
+        ("qemu-sme2:vl=1:vl=2", "'vl' given twice"),
+    ],
+)
+def test_a_bad_spec_is_one_line_naming_the_option(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match="--sme2-device") as failure:
+        parse_device_specs(text)
+    assert says in str(failure.value)
+
+
+@pytest.mark.parametrize("kind", sorted(DEVICE_CLASSES))
+def test_every_spec_key_is_one_of_the_devices_own_options(kind: str) -> None:
+    dests: set[str] = set()
+
+    def add(*flags: str, **settings: Any) -> None:
+        dests.add(settings["dest"])
+
+    DEVICE_CLASSES[kind].add_options(add)
+    assert set(DEVICE_CLASSES[kind].spec_keys.values()) <= dests
