@@ -26,8 +26,8 @@ from pytest_sme2.analysis import Profile
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.devices.base import DeviceInfo, describe_class
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.ops import parse_op_name
+from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.stats import LatencyStats
 
 SCHEMA_VERSION = 2

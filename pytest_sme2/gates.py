@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_sme2.analysis import Profile
 from pytest_sme2.baseline import (
@@ -40,8 +41,9 @@ from pytest_sme2.baseline import (
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.measure import Measurement, fastest
+from pytest_sme2.measure import fastest
 from pytest_sme2.ops import parse_op_name
+from pytest_sme2.result import Measurement
 
 
 class Status(enum.StrEnum):
@@ -56,6 +58,18 @@ class Verdict:
     status: Status
     message: str
     details: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gate": self.gate,
+            "status": self.status.value,
+            "message": self.message,
+            "details": list(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
+        return cls(data["gate"], Status(data["status"]), data["message"], tuple(data["details"]))
 
 
 @dataclass(frozen=True)
@@ -142,11 +156,6 @@ def _no_time_record(m: Measurement) -> list[Verdict]:
     ]
 
 
-def _headline_variant(m: Measurement) -> Variant:
-    """The variant share limits apply to: SME2-on where measured (the shipped configuration)."""
-    return Variant.ON if Variant.ON in m.variants else Variant.OFF
-
-
 def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
     """The skip verdict for a time-based gate on a device whose time means nothing, else []."""
     if m.device.time_meaningful:
@@ -160,7 +169,7 @@ def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
 def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
     if not exp.max_share and not exp.min_share:
         return []
-    variant = _headline_variant(m)
+    variant = m.headline
     prof = m.variants[variant].profile
     if not prof.counts_instructions and (skipped := _time_meaningless(m, "share-limits")):
         return skipped
@@ -194,7 +203,7 @@ def _share_word(prof: Profile) -> str:
 def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
     if not exp.op_counts:
         return []
-    variant = _headline_variant(m)
+    variant = m.headline
     prof = m.variants[variant].profile
     actual = {op.name: op.count / prof.runs for op in prof.operators}
     wrong = [

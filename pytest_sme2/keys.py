@@ -12,7 +12,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_sme2.gates import Verdict
-    from pytest_sme2.measure import Measurement
+    from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Settings
 
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()

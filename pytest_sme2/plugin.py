@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
     from pytest_sme2.gates import Verdict
-    from pytest_sme2.measure import MachineSpeed, Measurement
+    from pytest_sme2.measure import MachineSpeed
     from pytest_sme2.models import ModelSpec
+    from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Case, Settings
     from pytest_sme2.trace import Trace
 
@@ -287,10 +288,9 @@ def sme2_comparison(sme2_measurement: Measurement) -> Comparison:
 @pytest.fixture
 def sme2_trace(sme2_measurement: Measurement) -> Trace:
     """The parsed ETDump of the headline variant (SME2-on where measured, else SME2-off)."""
-    from pytest_sme2.devices.base import Variant
+    from pytest_sme2.trace import read_etdump
 
-    variants = sme2_measurement.variants
-    return variants[Variant.ON if Variant.ON in variants else Variant.OFF].trace
+    return read_etdump(sme2_measurement.variants[sme2_measurement.headline].etdump)
 
 
 @pytest.fixture

@@ -4,8 +4,9 @@ each measured test, extra result-table columns, and the session report.md.
 The plugin registers one ``ReportPlugin`` per session at configure time. It reads what the
 fixtures left in the item's stash (measurement, verdicts); nothing here measures or judges.
 Under pytest-xdist the workers write the per-test files and the controller writes the session
-report, reloading each remote test from its ``manifest.json`` (the report attribute
-``sme2_artifacts`` carries the directory across processes).
+report, reloading each remote test's case record from its ``manifest.json`` (the report
+attribute ``sme2_artifacts`` carries the directory across processes): the record is lossless, so
+the session report says the same with and without xdist.
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ class ReportPlugin:
         links: list[tuple[str, str]] = []
         directory = getattr(item, "funcargs", {}).get("sme2_artifacts_dir")
         if isinstance(directory, Path):
-            settings = self.config.stash.get(SETTINGS_KEY, None)
             try:
                 written = write_artifacts(
                     m,
@@ -88,7 +88,6 @@ class ReportPlugin:
                     directory,
                     config=self._manifest_config(item, m.threads),
                     charts=charts,
-                    classifier=settings.classifier if settings is not None else None,
                     title=item.nodeid,
                 )
             except OSError as err:  # a full disk must not hide the test's own result
@@ -169,7 +168,8 @@ class ReportPlugin:
         from pytest_sme2.report.rundir import load_test_dir
 
         entries = []
-        for nodeid, directory in self.dirs.items():
+        # by node id: xdist workers finish in no fixed order, and the report must not depend on it
+        for nodeid, directory in sorted(self.dirs.items()):
             if nodeid in self.local:
                 m, verdicts = self.local[nodeid]
             else:
