@@ -1,4 +1,6 @@
-"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts.
+"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts, and
+:func:`decide`: everything the plugin then does for a test (the baseline to write, what changed,
+the failure text).
 
 Rules, as the user's CI relies on them:
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_sme2.analysis import Profile
@@ -36,6 +39,7 @@ from pytest_sme2.baseline import (
     instruction_ratio_move,
     instructions_move,
     latency_move,
+    merge,
     moved_shares,
     notes_diff,
     operator_instructions,
@@ -665,3 +669,62 @@ def judge_confirmed(
             "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
         )
     return Judgement(fresh, (*verdicts, confirmed), first)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything the plugin acts on for one test: what to store, what to report, whether to
+    fail. Decided here so the plugin only carries it out."""
+
+    #: the measurement the verdicts judge (the confirming one, when one was taken)
+    measurement: Measurement
+    verdicts: tuple[Verdict, ...]
+    #: the baseline to write, None when there is nothing to write
+    baseline: Baseline | None
+    #: one line per change the write makes (``baseline.merge``)
+    changes: tuple[str, ...]
+    #: the text the test fails with, None when it passes
+    failure: str | None
+    #: the first measurement's failure report, when a fresh measurement was taken to confirm it
+    remeasured_after: str | None = None
+
+
+def decide(
+    m: Measurement,
+    stored: Baseline | None,
+    expectations: Expectations,
+    tolerances: Tolerances,
+    *,
+    path: Path,
+    update: bool,
+    strict: bool,
+    remeasure: Remeasure | None,
+) -> Decision:
+    """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
+
+    With no baseline, or with ``update`` (``--sme2-update-baselines``), the measurement is merged
+    into the stored one (``baseline.merge``: only what moved beyond tolerance changes) and judged
+    against the result; a missing baseline fails the test once, so that a reviewer commits it. A
+    baseline just written has nothing to confirm, so only otherwise is a failure of time gates
+    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too.
+    """
+    baseline, changes = stored, ()
+    if stored is None or update:
+        baseline, changes = merge(stored, from_measurement(m, tolerances), tolerances)
+    judgement = judge_confirmed(
+        m, baseline, expectations, tolerances, None if changes else remeasure
+    )
+    failure = failure_report(judgement.verdicts, strict=strict)
+    if stored is None and not update:
+        failure = (
+            f"no baseline for {_case(m)}: wrote {path}; review and commit it, then re-run "
+            "(or pass --sme2-update-baselines)" + (f"\n{failure}" if failure else "")
+        )
+    return Decision(
+        measurement=judgement.measurement,
+        verdicts=judgement.verdicts,
+        baseline=baseline if changes else None,
+        changes=changes,
+        failure=failure,
+        remeasured_after=judgement.remeasured_after,
+    )

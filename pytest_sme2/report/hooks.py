@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 
 from pytest_sme2.cache import write_atomic
-from pytest_sme2.keys import BASELINE_CHANGES_KEY, MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
+from pytest_sme2.keys import (
+    ARTIFACTS_DIR_KEY,
+    BASELINE_CHANGES_KEY,
+    MEASUREMENT_KEY,
+    SETTINGS_KEY,
+    VERDICTS_KEY,
+)
 
 SESSION_REPORT_NAME = "report.md"
 
@@ -79,8 +85,8 @@ class ReportPlugin:
         verdicts = item.stash.get(VERDICTS_KEY, ())
         charts = render_charts(m)
         links: list[tuple[str, str]] = []
-        directory = getattr(item, "funcargs", {}).get("sme2_artifacts_dir")
-        if isinstance(directory, Path):
+        directory = item.stash.get(ARTIFACTS_DIR_KEY, None)
+        if directory is not None:
             try:
                 written = write_artifacts(
                     m,
@@ -105,9 +111,8 @@ class ReportPlugin:
         report.sme2_summary = summary_row(m, verdicts)
         report.sme2_skipped = skipped_reasons([verdicts])
         report.sme2_untimed = untimed_class(m, verdicts)
-        changes = item.stash.get(BASELINE_CHANGES_KEY, ())
-        baseline_path = getattr(item, "funcargs", {}).get("sme2_baseline_path")
-        if changes and baseline_path is not None:
+        baseline_path, changes = item.stash.get(BASELINE_CHANGES_KEY, (None, ()))
+        if changes:
             shown = os.path.relpath(baseline_path, self.config.invocation_params.dir)
             report.sme2_baseline_changes = (shown, tuple(changes))
         html_plugin = self.config.pluginmanager.getplugin("html")
