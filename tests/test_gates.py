@@ -12,6 +12,7 @@ from pytest_sme2.gates import (
     RECORD_IT,
     Expectations,
     Status,
+    decide,
     failure_report,
     judge,
     only_time_gates_failed,
@@ -492,3 +493,38 @@ def test_gates_and_the_baseline_update_agree_on_moved_at_the_edges_of_tolerance(
     assert (verdict.status is Status.FAIL or RECORD_IT in verdict.message) is moved, verdict
     worse = fails == "either" or (fails == "above") is (factor > 0)
     assert (verdict.status is Status.FAIL) is (moved and worse), verdict
+
+
+def test_decide_writes_a_missing_baseline_fails_once_and_carries_out_nothing_itself(tmp_path):
+    m = measurement(SME2_DEVICE)
+    path = tmp_path / "toy-fp32.json"
+    first = decide(
+        m, None, Expectations(), TOL, path=path, update=False, strict=False, remeasure=None
+    )
+    assert first.baseline == from_measurement(m, TOL) and first.changes == ("new baseline",)
+    assert first.failure.startswith(f"no baseline for toy[fp32] on phone: wrote {path}")
+    assert not path.exists()  # writing it is the plugin's to do
+    again = decide(
+        m, first.baseline, Expectations(), TOL, path=path, update=True, strict=False, remeasure=None
+    )
+    assert again.baseline is None and again.changes == () and again.failure is None
+    assert again.verdicts == judge(m, first.baseline, Expectations(), TOL)
+
+
+def test_decide_confirms_a_time_failure_on_a_fresh_measurement(tmp_path):
+    stored = from_measurement(measurement(SME2_DEVICE), TOL)
+    slow = measurement(SME2_DEVICE, off_latencies=(12.0, 12.1, 11.9, 12.0, 12.0, 12.0))
+    fresh = measurement(SME2_DEVICE)
+    decision = decide(
+        slow,
+        stored,
+        Expectations(),
+        TOL,
+        path=tmp_path / "b.json",
+        update=False,
+        strict=False,
+        remeasure=lambda: (fresh, "in a fresh measurement"),
+    )
+    assert decision.measurement == fresh and decision.failure is None
+    assert decision.remeasured_after and "latency" in decision.remeasured_after
+    assert decision.baseline is None
