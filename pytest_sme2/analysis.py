@@ -14,7 +14,8 @@ Two rules the reference workflow got wrong are enforced here:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from pytest_sme2.categories import CATEGORIES, Classifier
 from pytest_sme2.errors import TraceError
@@ -72,6 +73,8 @@ class Profile:
     operators: tuple[OperatorStat, ...]
     delegated_ms: float
     non_delegated_ms: float
+    #: ``DELEGATE_CALL``s per kept run: more than one means a split graph
+    delegate_calls_per_run: float = 0.0
     #: delegate call instruction id → backend name, from the ETRecord when one was given
     backends: Mapping[int, str] = field(default_factory=dict)
     unit: str = MILLISECONDS
@@ -97,6 +100,42 @@ class Profile:
 
     def top_operators(self, n: int = 10) -> tuple[OperatorStat, ...]:
         return self.operators[:n]
+
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON form of a profile (``sme2 analyze --json``, analysis_summary.json, the
+        case record): stable keys other tools can rely on, and every field, so
+        :meth:`from_json` gives back an equal Profile. ``shares`` is derived, for readers."""
+        return {
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "unit": self.unit,
+            "e2e_ms": list(self.e2e_ms),
+            "latency": asdict(self.latency),
+            "categories_ms": dict(self.categories_ms),
+            "shares": self.shares,
+            "subcategories_ms": dict(self.subcategories_ms),
+            "delegated_ms": self.delegated_ms,
+            "non_delegated_ms": self.non_delegated_ms,
+            "delegate_calls_per_run": self.delegate_calls_per_run,
+            "backends": {str(k): v for k, v in self.backends.items()},
+            "operators": [asdict(op) for op in self.operators],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Profile:
+        return cls(
+            e2e_ms=tuple(data["e2e_ms"]),
+            warmup=data["warmup"],
+            latency=LatencyStats(**data["latency"]),
+            categories_ms=dict(data["categories_ms"]),
+            subcategories_ms=dict(data["subcategories_ms"]),
+            operators=tuple(OperatorStat(**op) for op in data["operators"]),
+            delegated_ms=data["delegated_ms"],
+            non_delegated_ms=data["non_delegated_ms"],
+            delegate_calls_per_run=data["delegate_calls_per_run"],
+            backends={int(k): v for k, v in data["backends"].items()},
+            unit=data["unit"],
+        )
 
 
 def event_backend(event: Event, backends: Mapping[int, str] | None = None) -> str:
@@ -137,6 +176,7 @@ def profile(
     # Each distinct name is classified once: a trace repeats a few hundred names ~10^5 times.
     entry_of: dict[str, list | None] = {}
     delegated_ms = non_delegated_ms = 0.0
+    delegate_calls = 0
     for run in kept:
         for event in run.events:
             name = event.name
@@ -151,6 +191,7 @@ def profile(
                 entry[1] += ms
             elif name == DELEGATE_CALL:
                 delegated_ms += ms
+                delegate_calls += 1
             elif name == OPERATOR_CALL:
                 non_delegated_ms += ms
     e2e = tuple(run.e2e_ms for run in kept)
@@ -188,6 +229,7 @@ def profile(
         operators=tuple(operators),
         delegated_ms=delegated_ms / n,
         non_delegated_ms=non_delegated_ms / n,
+        delegate_calls_per_run=delegate_calls / n,
         backends=dict(backends or {}),
         unit=unit,
     )

@@ -14,10 +14,11 @@ record as it was, so ``git diff baselines/`` shows what really moved, and report
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,9 @@ from pytest_sme2.analysis import Profile
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.devices.base import DeviceInfo, describe_class
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.ops import parse_op_name
-from pytest_sme2.stats import LatencyStats
+from pytest_sme2.result import Measurement, VariantMeasurement
+from pytest_sme2.stats import LatencyStats, Ratio
 
 SCHEMA_VERSION = 2
 
@@ -207,12 +208,14 @@ def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
     )
 
 
+def speedup_baseline(s: Ratio) -> SpeedupBaseline:
+    """A measured speedup and its interval as a baseline stores them."""
+    return SpeedupBaseline(stable(s.value), stable(s.low), stable(s.high))
+
+
 def _time_record(m: Measurement) -> TimeRecord:
     comparison = m.comparison
-    speedup = None
-    if comparison is not None:
-        s = comparison.speedup
-        speedup = SpeedupBaseline(stable(s.value), stable(s.low), stable(s.high))
+    speedup = speedup_baseline(comparison.speedup) if comparison is not None else None
     return TimeRecord(
         machine_class=dict(m.device.machine_class),
         notes=m.device.notes,
@@ -348,10 +351,8 @@ def save(path: Path, b: Baseline) -> None:
 def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baseline, tuple[str, ...]]:
     """``new``, keeping every value still within tolerance ``tol`` of ``old``; and the changes.
 
-    Structure (operator counts, packed operators, SME2 kernels) is compared exactly; shares by
-    ``share_points``; latency by :func:`latency_moved` (the gate's own rule), instructions by
-    ``instruction_percent``, speedup when its 95 % interval lies wholly beyond
-    ``speedup_percent``. Only the time record of ``new``'s machine
+    Structure is compared by :func:`structure_diff`, every other quantity by its "moved" rule
+    (:class:`Move`), the gates' own. Only the time record of ``new``'s machine
     class is touched: every other class's record is kept as it was, to the byte. Returns the
     baseline to store and one line per change.
     """
@@ -365,20 +366,13 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
             changes.append(f"{name}: new variant")
             variants[name] = nv
             continue
-        if dict(ov.operators) != dict(nv.operators):
-            changes += [f"{name} {line}" for line in operator_diff(ov.operators, nv.operators)]
-        if ov.packed_operators != nv.packed_operators:
-            changes.append(
-                f"{name} packed operators {list(ov.packed_operators)} → {list(nv.packed_operators)}"
-            )
-        if ov.sme2_kernels != nv.sme2_kernels:
-            changes.append(f"{name} SME2 kernels {list(ov.sme2_kernels)} → {list(nv.sme2_kernels)}")
+        changes += [f"{name} {line}" for line in structure_diff(ov, nv)]
         variants[name] = nv
-        if _moved(ov.instructions, nv.instructions, tol.instruction_percent):
+        if _replaced(ov.instructions, nv.instructions, instructions_move, tol):
             changes.append(f"{name} instructions/inference {ov.instructions} → {nv.instructions}")
         elif not ov.instruction_shares and nv.instruction_shares:
             changes.append(f"{name} instructions per operator and category shares recorded")
-        elif shares_moved(ov.instruction_shares, nv.instruction_shares, tol.share_points):
+        elif moved_shares(nv.instruction_shares, ov.instruction_shares, tol):
             changes.append(f"{name} instruction shares moved beyond ±{tol.share_points:g} points")
         elif ov.operator_instructions.keys() == nv.operator_instructions.keys():
             # within tolerance: the instruction counts stay as they were, to the byte
@@ -392,7 +386,7 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
         f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
     ]
     instruction_ratio = old.instruction_ratio
-    if _moved(old.instruction_ratio, new.instruction_ratio, tol.instruction_percent):
+    if _replaced(old.instruction_ratio, new.instruction_ratio, instruction_ratio_move, tol):
         changes.append(f"instruction ratio {old.instruction_ratio}× → {new.instruction_ratio}×")
         instruction_ratio = new.instruction_ratio
     machines = dict(old.machines)
@@ -407,6 +401,19 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
         tolerances=tol,
     )
     return merged, tuple(changes)
+
+
+def _replaced(
+    old: float | None,
+    new: float | None,
+    rule: Callable[[float, float, Tolerances], Move],
+    tol: Tolerances,
+) -> bool:
+    """Whether a stored number gives way to the new one: it appeared, vanished or moved by
+    ``rule``."""
+    if old is None or new is None:
+        return old != new
+    return rule(new, old, tol) is not Move.WITHIN
 
 
 def _merge_record(
@@ -425,19 +432,19 @@ def _merge_record(
             variants[name] = nv
             continue
         latency = ov.latency
-        if latency_moved(nv.latency, ov.latency, tol):
+        if latency_move(nv.latency, ov.latency, tol):
             changes.append(
                 f"{name} fastest run {ov.latency.min_ms} → {nv.latency.min_ms} ms "
                 f"(median {ov.latency.median_ms} → {nv.latency.median_ms} ms)"
             )
             latency = nv.latency
         shares = dict(ov.shares)
-        for cat, share in nv.shares.items():
-            if abs(share - ov.shares.get(cat, 0.0)) * 100 > tol.share_points:
-                changes.append(
-                    f"{name} {cat} share {100 * ov.shares.get(cat, 0.0):.1f}% → {100 * share:.1f}%"
-                )
-                shares[cat] = share
+        for cat in moved_shares(nv.shares, ov.shares, tol):
+            changes.append(
+                f"{name} {cat} share {100 * ov.shares.get(cat, 0.0):.1f}% → "
+                f"{100 * nv.shares[cat]:.1f}%"
+            )
+            shares[cat] = nv.shares[cat]
         variants[name] = VariantTimes(latency=latency, shares=shares)
     speedup = old.speedup
     if new.speedup is None or old.speedup is None:
@@ -446,10 +453,7 @@ def _merge_record(
                 f"speedup {old.speedup and old.speedup.value} → {new.speedup and new.speedup.value}"
             )
         speedup = new.speedup
-    elif not (
-        new.speedup.low <= old.speedup.value * (1 + tol.speedup_percent / 100)
-        and new.speedup.high >= old.speedup.value * (1 - tol.speedup_percent / 100)
-    ):  # the new interval lies wholly beyond tolerance of the stored value: it moved
+    elif speedup_move(new.speedup, old.speedup, tol):
         changes.append(f"speedup {old.speedup.value}× → {new.speedup.value}×")
         speedup = new.speedup
     notes = old.notes
@@ -457,11 +461,6 @@ def _merge_record(
         changes += [f"note {line}" for line in notes_diff(old.notes, new.notes)]
         notes = new.notes
     return replace(new, notes=notes, variants=variants, speedup=speedup), changes
-
-
-def shares_moved(old: Mapping[str, float], new: Mapping[str, float], points: float) -> bool:
-    """Whether any category's share moved beyond ``points`` percentage points."""
-    return any(abs(new.get(c, 0.0) - old.get(c, 0.0)) * 100 > points for c in {*old, *new})
 
 
 def notes_diff(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
@@ -473,17 +472,88 @@ def notes_diff(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     ]
 
 
-def latency_moved(now: LatencyBaseline, stored: LatencyBaseline, tol: Tolerances) -> bool:
-    """The one rule for "this latency moved", up or down: the gate fails on a rise by it, and an
-    update replaces the stored latency by it (a faster model is news, and the new floor)."""
-    return abs(now.change_from(stored) - 1) * 100 > tol.latency_percent
+class Move(enum.IntEnum):
+    """How a measured quantity stands against its stored value: within tolerance, or moved."""
+
+    FELL = -1
+    WITHIN = 0
+    ROSE = 1
 
 
-def _moved(old: float | None, new: float | None, percent: float) -> bool:
-    """Whether a stored number should be replaced: it appeared, vanished or moved > ``percent``."""
-    if old is None or new is None:
-        return old != new
-    return old == 0 or abs(new / old - 1) * 100 > percent
+# The one "moved" rule per quantity. A gate fails on a move in the bad direction (and reports one
+# in the good direction as news); an update replaces the stored value on a move either way. Both
+# apply it to the measurement in its baseline form (``from_measurement``: rounded by ``stable``),
+# so they cannot disagree at the edge of a tolerance.
+
+
+def _relative_move(now: float, stored: float, percent: float) -> Move:
+    """Moved when ``now`` differs from ``stored`` by more than ``percent`` of ``stored``."""
+    if stored == 0:
+        return Move.ROSE if now > 0 else Move.WITHIN
+    change = (now / stored - 1) * 100
+    return Move.ROSE if change > percent else Move.FELL if change < -percent else Move.WITHIN
+
+
+def latency_move(now: LatencyBaseline, stored: LatencyBaseline, tol: Tolerances) -> Move:
+    """The fastest run against the stored fastest run (``LatencyBaseline.change_from`` says why
+    the fastest), beyond ``latency_percent``: a rise fails the gate, a fall is the new floor."""
+    return _relative_move(now.min_ms, stored.min_ms, tol.latency_percent)
+
+
+def share_move(now: float, stored: float, tol: Tolerances) -> Move:
+    """A category's share (of time or of instructions), beyond ``share_points`` either way."""
+    points = (now - stored) * 100
+    return (
+        Move.ROSE
+        if points > tol.share_points
+        else Move.FELL
+        if points < -tol.share_points
+        else Move.WITHIN
+    )
+
+
+def moved_shares(
+    now: Mapping[str, float], stored: Mapping[str, float], tol: Tolerances
+) -> list[str]:
+    """The categories whose share moved (:func:`share_move`), in ``now``'s order."""
+    return [c for c, share in now.items() if share_move(share, stored.get(c, 0.0), tol)]
+
+
+def instructions_move(now: float, stored: float, tol: Tolerances) -> Move:
+    """Instructions per inference, exact under emulation: beyond ``instruction_percent``."""
+    return _relative_move(now, stored, tol.instruction_percent)
+
+
+def instruction_ratio_move(now: float, stored: float, tol: Tolerances) -> Move:
+    """Instructions off ÷ on: the ratio of two exact counts, judged like them."""
+    return _relative_move(now, stored, tol.instruction_percent)
+
+
+def speedup_move(now: SpeedupBaseline, stored: SpeedupBaseline, tol: Tolerances) -> Move:
+    """Moved when the new 95 % interval lies wholly beyond ``speedup_percent`` of the stored
+    speedup: one noisy median never moves it, a real change of the kernels does."""
+    limit = tol.speedup_percent / 100
+    if now.high < stored.value * (1 - limit):
+        return Move.FELL
+    if now.low > stored.value * (1 + limit):
+        return Move.ROSE
+    return Move.WITHIN
+
+
+def structure_diff(stored: VariantBaseline, now: VariantBaseline) -> list[str]:
+    """What changed in a variant's portable structure: operator kinds and counts (stored names
+    made portable, so CPUs that spell dynamic int8 differently agree), packed operators and
+    executed SME2 kernels, compared exactly; [] when nothing did."""
+    diff = operator_diff(
+        {portable_name(k): stable(v) for k, v in stored.operators.items()}, now.operators
+    )
+    if tuple(stored.packed_operators) != tuple(now.packed_operators):
+        diff.append(
+            f"packed operators {list(stored.packed_operators)} → {list(now.packed_operators)}"
+        )
+    if tuple(stored.sme2_kernels) != tuple(now.sme2_kernels):
+        diff.append(f"SME2 kernels {list(stored.sme2_kernels)} → {list(now.sme2_kernels)}")
+    return diff
 
 
 def operator_diff(old: Mapping[str, float], new: Mapping[str, float]) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sme2.measure import Measurement
+from pytest_sme2.result import Measurement
 
 
 def add_benchmarks(config: pytest.Config, nodeid: str, m: Measurement) -> int:

@@ -23,37 +23,6 @@ from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.trace import read_etdump
 
 
-def profile_to_json(prof: Profile) -> dict:
-    """The ``--json`` document: stable keys other tools can rely on."""
-    return {
-        "runs": prof.runs,
-        "warmup": prof.warmup,
-        "e2e_ms": list(prof.e2e_ms),
-        "latency": vars(prof.latency),
-        "categories_ms": dict(prof.categories_ms),
-        "shares": prof.shares,
-        "subcategories_ms": dict(prof.subcategories_ms),
-        "delegated_ms": prof.delegated_ms,
-        "non_delegated_ms": prof.non_delegated_ms,
-        "operators": [
-            {
-                "name": op.name,
-                "category": op.category,
-                "subcategory": op.subcategory,
-                "count": op.count,
-                "total_ms": op.total_ms,
-                "mean_ms": op.mean_ms,
-                "per_run_ms": op.per_run_ms,
-                "share": op.share,
-                "delegated": op.delegated,
-                "backend": op.backend,
-                "packed": op.packed,
-            }
-            for op in prof.operators
-        ],
-    }
-
-
 def format_profile(prof: Profile, *, top: int, title: str) -> str:
     """Human-readable E2E statistics, category table and top operators."""
     import pandas as pd  # deferred: only the text output needs tables
@@ -101,7 +70,7 @@ def _analyze(args: argparse.Namespace) -> int:
     backends = delegate_backends(args.etrecord) if args.etrecord else None
     prof = profile(read_etdump(args.etdump), warmup=args.warmup, backends=backends)
     if args.json:
-        json.dump(profile_to_json(prof), sys.stdout, indent=2)
+        json.dump(prof.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(format_profile(prof, top=args.top, title=str(args.etdump)))

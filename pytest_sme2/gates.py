@@ -1,4 +1,6 @@
-"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts.
+"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts, and
+:func:`decide`: everything the plugin then does for a test (the baseline to write, what changed,
+the failure text).
 
 Rules, as the user's CI relies on them:
 
@@ -6,6 +8,8 @@ Rules, as the user's CI relies on them:
 * category shares stay within an absolute tolerance of the baseline (default 5 points), and
   within the limits the test's ``sme2`` marker sets;
 * SME2 speedup is at least the floor and not worse than the baseline beyond tolerance;
+* every quantity against the baseline "moved" by the rule a baseline update uses
+  (``baseline.Move``): a gate fails on a move for the worse and names a move for the better;
 * time (latency, shares, speedup against the baseline) is judged only against the time record of
   the measuring machine's class; with none, those gates are "not judged" and the portable ones
   (structure, packed operators, kernels, parity, instruction counts) still are;
@@ -22,26 +26,33 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from pytest_sme2.analysis import Profile
 from pytest_sme2.baseline import (
     Baseline,
+    Move,
     TimeRecord,
     Tolerances,
-    latency_baseline,
-    latency_moved,
+    from_measurement,
+    instruction_ratio_move,
+    instructions_move,
+    latency_move,
+    merge,
+    moved_shares,
     notes_diff,
-    operator_diff,
     operator_instructions,
-    operator_structure,
-    portable_name,
-    stable,
+    speedup_baseline,
+    speedup_move,
+    structure_diff,
 )
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.measure import Measurement, fastest
+from pytest_sme2.measure import fastest
 from pytest_sme2.ops import parse_op_name
+from pytest_sme2.result import Measurement
 
 
 class Status(enum.StrEnum):
@@ -56,6 +67,18 @@ class Verdict:
     status: Status
     message: str
     details: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gate": self.gate,
+            "status": self.status.value,
+            "message": self.message,
+            "details": list(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
+        return cls(data["gate"], Status(data["status"]), data["message"], tuple(data["details"]))
 
 
 @dataclass(frozen=True)
@@ -98,29 +121,36 @@ def judge(
     expectations: Expectations,
     tolerances: Tolerances,
 ) -> tuple[Verdict, ...]:
-    """Every gate's verdict for ``m``; with no baseline, only the baseline-free gates are judged."""
+    """Every gate's verdict for ``m``; with no baseline, only the baseline-free gates are judged.
+
+    Against the baseline, ``m`` is judged in its baseline form (``from_measurement``) with the
+    "moved" rules a baseline update uses (:class:`pytest_sme2.baseline.Move`): what fails here
+    is exactly what ``--sme2-update-baselines`` would record.
+    """
     record = baseline.record_for(m.device) if baseline is not None else None
+    now = from_measurement(m, tolerances)
     verdicts: list[Verdict] = []
     verdicts += _share_limits(m, expectations)
     verdicts += _op_counts(m, expectations)
     verdicts += _sme2_kernels(m, expectations)
     verdicts += _speedup(m, record, expectations, tolerances)
-    verdicts += _instruction_ratio(m, baseline, expectations, tolerances)
+    verdicts += _instruction_ratio(m, now, baseline, expectations, tolerances)
     if baseline is not None:
-        verdicts += _instructions(m, baseline, tolerances)
+        verdicts += _instructions(m, now, baseline, tolerances)
     verdicts += _parity(m)
     if baseline is not None:
-        verdicts += _structure(m, baseline)
+        verdicts += _structure(m, now, baseline)
         if not m.device.time_meaningful:
-            verdicts += _instruction_shares(m, baseline, tolerances) or _time_meaningless(
+            verdicts += _instruction_shares(m, now, baseline, tolerances) or _time_meaningless(
                 m, "shares"
             )
             verdicts += _time_meaningless(m, "latency")
         elif record is None:
             verdicts += _no_time_record(m)
         else:
-            verdicts += _shares(m, record, tolerances)
-            verdicts += _latency(m, record, tolerances)
+            measured = now.machines[m.device.class_id]
+            verdicts += _shares(m, measured, record, tolerances)
+            verdicts += _latency(m, measured, record, tolerances)
     return tuple(verdicts)
 
 
@@ -142,11 +172,6 @@ def _no_time_record(m: Measurement) -> list[Verdict]:
     ]
 
 
-def _headline_variant(m: Measurement) -> Variant:
-    """The variant share limits apply to: SME2-on where measured (the shipped configuration)."""
-    return Variant.ON if Variant.ON in m.variants else Variant.OFF
-
-
 def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
     """The skip verdict for a time-based gate on a device whose time means nothing, else []."""
     if m.device.time_meaningful:
@@ -160,7 +185,7 @@ def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
 def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
     if not exp.max_share and not exp.min_share:
         return []
-    variant = _headline_variant(m)
+    variant = m.headline
     prof = m.variants[variant].profile
     if not prof.counts_instructions and (skipped := _time_meaningless(m, "share-limits")):
         return skipped
@@ -194,7 +219,7 @@ def _share_word(prof: Profile) -> str:
 def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
     if not exp.op_counts:
         return []
-    variant = _headline_variant(m)
+    variant = m.headline
     prof = m.variants[variant].profile
     actual = {op.name: op.count / prof.runs for op in prof.operators}
     wrong = [
@@ -309,7 +334,7 @@ def _parity(m: Measurement) -> list[Verdict]:
 
 
 def _instruction_ratio(
-    m: Measurement, baseline: Baseline | None, exp: Expectations, tol: Tolerances
+    m: Measurement, now: Baseline, baseline: Baseline | None, exp: Expectations, tol: Tolerances
 ) -> list[Verdict]:
     """Instructions off ÷ on: deterministic under emulation, so judged without an interval."""
     ratio = m.instruction_ratio
@@ -330,25 +355,33 @@ def _instruction_ratio(
                 + f" the floor {exp.instruction_ratio_floor:g}× for {_case(m)}",
             )
         )
-    if baseline is not None and baseline.instruction_ratio is not None:
+    stored = baseline.instruction_ratio if baseline is not None else None
+    if stored is not None and now.instruction_ratio is not None:
         # two exact counts: their ratio is exact too, judged at the instruction tolerance
-        limit = baseline.instruction_ratio * (1 - tol.instruction_percent / 100)
-        ok = ratio >= limit
-        beyond = f" beyond the {tol.instruction_percent:g}% tolerance for {_case(m)}"
+        move = instruction_ratio_move(now.instruction_ratio, stored, tol)
+        beyond = f" beyond the {tol.instruction_percent:g}% tolerance"
         verdicts.append(
             Verdict(
                 "instruction-ratio-baseline",
-                Status.PASS if ok else Status.FAIL,
+                Status.FAIL if move is Move.FELL else Status.PASS,
                 f"SME2 instruction ratio {ratio:.2f}× "
-                + ("vs" if ok else "fell below")
-                + f" the baseline {baseline.instruction_ratio:g}×"
-                + ("" if ok else beyond),
+                + {
+                    Move.FELL: f"fell below the baseline {stored:g}×{beyond} for {_case(m)}",
+                    Move.WITHIN: f"vs the baseline {stored:g}×",
+                    Move.ROSE: f"rose above the baseline {stored:g}×{beyond}: {RECORD_IT}",
+                }[move],
             )
         )
     return verdicts
 
 
-def _instructions(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+#: What a verdict says of a move in the good direction: news for the baseline, not a failure.
+RECORD_IT = "record it with --sme2-update-baselines"
+
+
+def _instructions(
+    m: Measurement, now: Baseline, baseline: Baseline, tol: Tolerances
+) -> list[Verdict]:
     """Instructions per steady-state inference against the baseline, per variant.
 
     Exact and repeatable under emulation, so judged without an interval or a re-measure: a model
@@ -358,13 +391,16 @@ def _instructions(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[V
     verdicts = []
     for variant, vm in m.variants.items():
         stored = baseline.variants.get(str(variant))
-        now = vm.evidence.instructions if vm.evidence else None
-        if now is None or stored is None or not stored.instructions:
+        measured = now.variants[str(variant)].instructions
+        if measured is None or stored is None or not stored.instructions:
             continue
-        change = now / stored.instructions
-        counts = f"{stored.instructions:,} → {now:,} per inference ({100 * (change - 1):+.2f}%)"
+        change = measured / stored.instructions
+        counts = (
+            f"{stored.instructions:,} → {measured:,} per inference ({100 * (change - 1):+.2f}%)"
+        )
         gate = f"instructions[{variant}]"
-        if change > 1 + tol.instruction_percent / 100:
+        move = instructions_move(measured, stored.instructions, tol)
+        if move is Move.ROSE:
             grew = _operators_grown(stored.operator_instructions, vm.profile, tol)
             verdicts.append(
                 Verdict(
@@ -376,13 +412,12 @@ def _instructions(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[V
                     tuple(grew),
                 )
             )
-        elif change < 1 - tol.instruction_percent / 100:
+        elif move is Move.FELL:
             verdicts.append(
                 Verdict(
                     gate,
                     Status.PASS,
-                    f"fewer instructions ({variant}): {counts} — a new kernel? Record it with "
-                    "--sme2-update-baselines",
+                    f"fewer instructions ({variant}): {counts} — a new kernel? {RECORD_IT}",
                 )
             )
         else:
@@ -399,7 +434,7 @@ def _operators_grown(stored: Mapping[str, int], prof: Profile, tol: Tolerances) 
     grown = [
         (count - stored.get(name, 0), name, stored.get(name, 0), count)
         for name, count in now.items()
-        if count > stored.get(name, 0) * (1 + tol.instruction_percent / 100)
+        if instructions_move(count, stored.get(name, 0), tol) is Move.ROSE
     ]
     return [
         f"{name}: {old:,} → {new:,}" + (f" (+{100 * (new / old - 1):.1f}%)" if old else " (new)")
@@ -407,7 +442,9 @@ def _operators_grown(stored: Mapping[str, int], prof: Profile, tol: Tolerances) 
     ]
 
 
-def _instruction_shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+def _instruction_shares(
+    m: Measurement, now: Baseline, baseline: Baseline, tol: Tolerances
+) -> list[Verdict]:
     """Category shares of instructions against the baseline, per variant, where the device
     splits its exact count between operators (qemu-sme2): the deterministic twin of the time
     shares, judged on every machine. [] where there is nothing to judge."""
@@ -415,7 +452,7 @@ def _instruction_shares(m: Measurement, baseline: Baseline, tol: Tolerances) -> 
         _shares_verdict(
             m,
             variant,
-            vm.profile.shares,
+            now.variants[str(variant)].instruction_shares,
             stored.instruction_shares,
             tol,
             "instruction share",
@@ -458,77 +495,51 @@ def _speedup(
                 )
             )
     if record is not None and record.speedup is not None:
-        limit = record.speedup.value * (1 - tol.speedup_percent / 100)
-        if s.high < limit:
-            verdicts.append(
-                Verdict(
-                    "speedup-baseline",
-                    Status.FAIL,
-                    f"SME2 speedup {s.describe()} fell below the baseline "
-                    f"{record.speedup.value:g}× "
-                    f"beyond the {tol.speedup_percent:g}% tolerance for {_case(m)}",
-                )
+        stored = record.speedup.value
+        move = speedup_move(speedup_baseline(s), record.speedup, tol)
+        beyond = f" beyond the {tol.speedup_percent:g}% tolerance"
+        verdicts.append(
+            Verdict(
+                "speedup-baseline",
+                Status.FAIL if move is Move.FELL else Status.PASS,
+                {
+                    Move.FELL: f"SME2 speedup {s.describe()} fell below the baseline {stored:g}×"
+                    f"{beyond} for {_case(m)}",
+                    Move.WITHIN: f"SME2 speedup {s.value:.2f}× vs baseline {stored:g}×",
+                    Move.ROSE: f"SME2 speedup {s.describe()} rose above the baseline {stored:g}×"
+                    f"{beyond}: {RECORD_IT}",
+                }[move],
             )
-        else:
-            verdicts.append(
-                Verdict(
-                    "speedup-baseline",
-                    Status.PASS,
-                    f"SME2 speedup {s.value:.2f}× vs baseline {record.speedup.value:g}×",
-                )
-            )
+        )
     return verdicts
 
 
-def _structure(m: Measurement, baseline: Baseline) -> list[Verdict]:
+def _structure(m: Measurement, now: Baseline, baseline: Baseline) -> list[Verdict]:
     verdicts = []
-    for variant, vm in m.variants.items():
+    for variant in m.variants:
+        gate = f"structure[{variant}]"
         stored = baseline.variants.get(str(variant))
         if stored is None:
-            verdicts.append(
-                Verdict(
-                    f"structure[{variant}]",
-                    Status.FAIL,
-                    f"the baseline has no {variant} variant for {_case(m)}; update it",
-                )
-            )
+            message = f"the baseline has no {variant} variant for {_case(m)}; update it"
+            verdicts.append(Verdict(gate, Status.FAIL, message))
             continue
-        prof = vm.profile
-        actual = operator_structure(prof)
-        diff = operator_diff(
-            {portable_name(k): stable(v) for k, v in stored.operators.items()}, actual
-        )
-        kernels = vm.evidence.sme2_kernels if vm.evidence else ()
-        if tuple(stored.sme2_kernels) != kernels:
-            diff.append(f"SME2 kernels {list(stored.sme2_kernels)} → {list(kernels)}")
-        if tuple(stored.packed_operators) != prof.packed_operators:
-            diff.append(
-                f"packed operators {list(stored.packed_operators)} → {list(prof.packed_operators)}"
-            )
+        measured = now.variants[str(variant)]
+        diff = structure_diff(stored, measured)
         if diff:
-            verdicts.append(
-                Verdict(
-                    f"structure[{variant}]",
-                    Status.FAIL,
-                    f"operator structure of {_case(m)} ({variant}) changed from the baseline",
-                    tuple(diff),
-                )
-            )
+            message = f"operator structure of {_case(m)} ({variant}) changed from the baseline"
+            verdicts.append(Verdict(gate, Status.FAIL, message, tuple(diff)))
         else:
-            verdicts.append(
-                Verdict(
-                    f"structure[{variant}]",
-                    Status.PASS,
-                    f"{len(actual)} operator kinds as in the baseline",
-                )
-            )
+            message = f"{len(measured.operators)} operator kinds as in the baseline"
+            verdicts.append(Verdict(gate, Status.PASS, message))
     return verdicts
 
 
-def _shares(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
+def _shares(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
     return [
-        _shares_verdict(m, variant, vm.profile.shares, stored.shares, tol, "share", "shares")
-        for variant, vm in m.variants.items()
+        _shares_verdict(
+            m, variant, now.variants[str(variant)].shares, stored.shares, tol, "share", "shares"
+        )
+        for variant in m.variants
         if (stored := record.variants.get(str(variant))) is not None
     ]
 
@@ -543,12 +554,11 @@ def _shares_verdict(
     gate: str,
 ) -> Verdict:
     """One variant's category shares (of time, or of instructions: ``word``) against the
-    stored ones, each within ``share_points``; the moved ones listed."""
+    stored ones, each by :func:`share_move`; the moved ones listed."""
     moved = [
         f"{cat} {word} {100 * stored.get(cat, 0.0):.1f}% → {100 * shares[cat]:.1f}% "
         f"({100 * (shares[cat] - stored.get(cat, 0.0)):+.1f} points)"
-        for cat in CATEGORIES
-        if abs(shares[cat] - stored.get(cat, 0.0)) * 100 > tol.share_points
+        for cat in moved_shares(shares, stored, tol)
     ]
     name = f"{gate}[{variant}]"
     if moved:
@@ -559,7 +569,7 @@ def _shares_verdict(
     return Verdict(name, Status.PASS, f"category {word}s within ±{tol.share_points:g} points")
 
 
-def _latency(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
+def _latency(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
     # Same machine class, so judged; what else changed since the record is said alongside.
     noted = tuple(f"since recorded: {line}" for line in notes_diff(record.notes, m.device.notes))
     verdicts = []
@@ -567,33 +577,26 @@ def _latency(m: Measurement, record: TimeRecord, tol: Tolerances) -> list[Verdic
         stored = record.variants.get(str(variant))
         if stored is None:
             continue
-        now = latency_baseline(vm.latencies_ms, m.reference_ms)
-        change = now.change_from(stored.latency)
+        measured = now.variants[str(variant)].latency
+        change = measured.change_from(stored.latency)
         gate = f"latency[{variant}]"
         numbers = (
-            f"fastest of {len(vm.latencies_ms)} runs {now.min_ms:g} ms vs baseline "
-            f"{stored.latency.min_ms:g} ms; median {now.median_ms:g} ms vs "
+            f"fastest of {len(vm.latencies_ms)} runs {measured.min_ms:g} ms vs baseline "
+            f"{stored.latency.min_ms:g} ms; median {measured.median_ms:g} ms vs "
             f"{stored.latency.median_ms:g} ms"
         )
-        if change > 1 and latency_moved(now, stored.latency, tol):
-            verdicts.append(
-                Verdict(
-                    gate,
-                    Status.FAIL,
-                    f"E2E latency of {_case(m)} ({variant}) rose {100 * (change - 1):.1f}% "
-                    f"({numbers}), beyond the {tol.latency_percent:g}% tolerance",
-                    noted,
-                )
+        move = latency_move(measured, stored.latency, tol)
+        beyond = f"beyond the {tol.latency_percent:g}% tolerance"
+        if move is Move.ROSE:
+            message = (
+                f"E2E latency of {_case(m)} ({variant}) rose {100 * (change - 1):.1f}% "
+                f"({numbers}), {beyond}"
             )
+            verdicts.append(Verdict(gate, Status.FAIL, message, noted))
         else:
-            verdicts.append(
-                Verdict(
-                    gate,
-                    Status.PASS,
-                    f"E2E latency {change:.3f}× the baseline ({numbers})",
-                    noted,
-                )
-            )
+            faster = f", faster {beyond}: {RECORD_IT}" if move is Move.FELL else ""
+            message = f"E2E latency {change:.3f}× the baseline ({numbers}){faster}"
+            verdicts.append(Verdict(gate, Status.PASS, message, noted))
     return verdicts
 
 
@@ -666,3 +669,62 @@ def judge_confirmed(
             "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
         )
     return Judgement(fresh, (*verdicts, confirmed), first)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything the plugin acts on for one test: what to store, what to report, whether to
+    fail. Decided here so the plugin only carries it out."""
+
+    #: the measurement the verdicts judge (the confirming one, when one was taken)
+    measurement: Measurement
+    verdicts: tuple[Verdict, ...]
+    #: the baseline to write, None when there is nothing to write
+    baseline: Baseline | None
+    #: one line per change the write makes (``baseline.merge``)
+    changes: tuple[str, ...]
+    #: the text the test fails with, None when it passes
+    failure: str | None
+    #: the first measurement's failure report, when a fresh measurement was taken to confirm it
+    remeasured_after: str | None = None
+
+
+def decide(
+    m: Measurement,
+    stored: Baseline | None,
+    expectations: Expectations,
+    tolerances: Tolerances,
+    *,
+    path: Path,
+    update: bool,
+    strict: bool,
+    remeasure: Remeasure | None,
+) -> Decision:
+    """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
+
+    With no baseline, or with ``update`` (``--sme2-update-baselines``), the measurement is merged
+    into the stored one (``baseline.merge``: only what moved beyond tolerance changes) and judged
+    against the result; a missing baseline fails the test once, so that a reviewer commits it. A
+    baseline just written has nothing to confirm, so only otherwise is a failure of time gates
+    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too.
+    """
+    baseline, changes = stored, ()
+    if stored is None or update:
+        baseline, changes = merge(stored, from_measurement(m, tolerances), tolerances)
+    judgement = judge_confirmed(
+        m, baseline, expectations, tolerances, None if changes else remeasure
+    )
+    failure = failure_report(judgement.verdicts, strict=strict)
+    if stored is None and not update:
+        failure = (
+            f"no baseline for {_case(m)}: wrote {path}; review and commit it, then re-run "
+            "(or pass --sme2-update-baselines)" + (f"\n{failure}" if failure else "")
+        )
+    return Decision(
+        measurement=judgement.measurement,
+        verdicts=judgement.verdicts,
+        baseline=baseline if changes else None,
+        changes=changes,
+        failure=failure,
+        remeasured_after=judgement.remeasured_after,
+    )

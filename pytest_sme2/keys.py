@@ -6,16 +6,20 @@ not import each other.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from pytest_sme2.gates import Verdict
-    from pytest_sme2.measure import Measurement
+    from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Settings
 
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
 MEASUREMENT_KEY: pytest.StashKey[Measurement] = pytest.StashKey()
+#: where the test's measurement left its files, and where its report files go
+ARTIFACTS_DIR_KEY: pytest.StashKey[Path] = pytest.StashKey()
 VERDICTS_KEY: pytest.StashKey[tuple[Verdict, ...]] = pytest.StashKey()
-BASELINE_CHANGES_KEY: pytest.StashKey[tuple[str, ...]] = pytest.StashKey()
+#: the baseline file written and one line per change
+BASELINE_CHANGES_KEY: pytest.StashKey[tuple[Path, tuple[str, ...]]] = pytest.StashKey()

@@ -1,4 +1,5 @@
-"""Run one exported model on a device, every variant it supports → a Measurement.
+"""Run one exported model on a device, every variant it supports → a Measurement (the case
+record, :mod:`pytest_sme2.result`).
 
 Latency comes from timing-only runs (no event tracer: tracing costs 3–10 %), interleaved by round
 so slow drift of the machine (thermals, a neighbour's build) hits SME2-on and SME2-off alike; the
@@ -11,21 +12,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from pytest_sme2.analysis import INSTRUCTIONS, Comparison, Profile, compare, profile
+from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
-from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.devices.base import Device, DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
+from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.tensors import read_tensors
-from pytest_sme2.trace import Trace, read_etdump
+from pytest_sme2.trace import read_etdump
 
 
 @dataclass(frozen=True)
@@ -55,66 +57,6 @@ class MeasurePlan:
         rounds = min(self.rounds, self.runs)
         base, extra = divmod(self.runs, rounds)
         return [base + (1 if i < extra else 0) for i in range(rounds)]
-
-
-@dataclass(frozen=True)
-class VariantMeasurement:
-    """One variant's timing-only latencies and its traced run, analysed.
-
-    Where the device's time is not meaningful there are no timing-only runs, and
-    ``latencies_ms`` are the traced run's own (recorded, never judged).
-    """
-
-    variant: Variant
-    latencies_ms: tuple[float, ...]
-    trace: Trace
-    profile: Profile
-    traced: RunResult
-    timing_runs: tuple[RunResult, ...]
-    #: kernels/instruction counts, from devices that can show them (qemu exec log, kernel log)
-    evidence: Sme2Evidence | None = None
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Everything measured for one model × dtype × threads on one device."""
-
-    model: str
-    dtype: str
-    threads: int
-    device: DeviceInfo
-    variants: Mapping[Variant, VariantMeasurement]
-    interleaved: bool
-    #: SME2-on outputs against SME2-off outputs (same program, same inputs), when both ran
-    parity: Numerics | None = None
-    #: the reference workload's timing-only latencies from the same rounds (machine speed)
-    reference_ms: tuple[float, ...] = ()
-
-    @property
-    def instruction_ratio(self) -> float | None:
-        """Guest instructions per inference, SME2-off ÷ SME2-on, where the device counts them.
-
-        Where time is not meaningful (emulation) this is the measure of what SME2 saves.
-        """
-        on, off = self.variants.get(Variant.ON), self.variants.get(Variant.OFF)
-        counts = [vm.evidence.instructions if vm and vm.evidence else None for vm in (on, off)]
-        if None in counts or not counts[0]:
-            return None
-        return counts[1] / counts[0]
-
-    @property
-    def comparison(self) -> Comparison | None:
-        """SME2-off vs SME2-on, when the device ran both."""
-        if Variant.ON not in self.variants or Variant.OFF not in self.variants:
-            return None
-        on, off = self.variants[Variant.ON], self.variants[Variant.OFF]
-        return compare(
-            on.profile,
-            off.profile,
-            on_latencies_ms=on.latencies_ms,
-            off_latencies_ms=off.latencies_ms,
-            interleaved=self.interleaved,
-        )
 
 
 def measure(
@@ -197,18 +139,18 @@ def measure(
                 deadline=deadline,
             )
         counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
+        timed = timing[variant]
         measured[variant] = VariantMeasurement(
             variant=variant,
-            latencies_ms=tuple(ms for r in timing[variant] for ms in r.latencies_ms)
-            or traced.latencies_ms,
-            trace=trace,
+            latencies_ms=tuple(ms for r in timed for ms in r.latencies_ms) or traced.latencies_ms,
+            timing_warmup=timed[0].warmup if timed else None,
             # where time means nothing, the profile is the counted inference's instructions
             profile=profile(counted, classifier=classifier, backends=backends, unit=INSTRUCTIONS)
             if counted is not None
             else profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
-            traced=traced,
-            timing_runs=tuple(timing[variant]),
-            evidence=evidence,
+            etdump=traced.etdump,
+            outputs=traced.outputs,
+            evidence=replace(evidence, instruction_trace=None) if evidence else None,
         )
     return Measurement(
         parity=_parity(measured, model, dtype),
@@ -219,6 +161,7 @@ def measure(
         device=info,
         variants=measured,
         interleaved=len(variants) > 1,
+        overrides=dict(classifier.overrides) if classifier is not None else {},
     )
 
 
@@ -255,9 +198,7 @@ def _parity(
     The same program on the same inputs must compute the same thing whichever kernels ran; a
     broken SME2 kernel would show here even where eager PyTorch is not at hand.
     """
-    runs = [
-        measured[v].traced.outputs if v in measured else None for v in (Variant.ON, Variant.OFF)
-    ]
+    runs = [measured[v].outputs if v in measured else None for v in (Variant.ON, Variant.OFF)]
     if None in runs:
         return None
     on, off = (read_tensors(path) for path in runs)

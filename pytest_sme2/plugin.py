@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sme2.keys import BASELINE_CHANGES_KEY, MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
+from pytest_sme2.keys import (
+    ARTIFACTS_DIR_KEY,
+    BASELINE_CHANGES_KEY,
+    MEASUREMENT_KEY,
+    SETTINGS_KEY,
+    VERDICTS_KEY,
+)
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, OPTIONS
 
 if TYPE_CHECKING:
@@ -24,8 +30,9 @@ if TYPE_CHECKING:
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
     from pytest_sme2.gates import Verdict
-    from pytest_sme2.measure import MachineSpeed, Measurement
+    from pytest_sme2.measure import MachineSpeed
     from pytest_sme2.models import ModelSpec
+    from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Case, Settings
     from pytest_sme2.trace import Trace
 
@@ -280,6 +287,7 @@ def sme2_measure(
             )
         )
         request.node.stash[MEASUREMENT_KEY] = result
+        request.node.stash[ARTIFACTS_DIR_KEY] = sme2_artifacts_dir
         sme2_machine_speed.observe(result)
         return result
 
@@ -304,10 +312,9 @@ def sme2_comparison(sme2_measurement: Measurement) -> Comparison:
 @pytest.fixture
 def sme2_trace(sme2_measurement: Measurement) -> Trace:
     """The parsed ETDump of the headline variant (SME2-on where measured, else SME2-off)."""
-    from pytest_sme2.devices.base import Variant
+    from pytest_sme2.trace import read_etdump
 
-    variants = sme2_measurement.variants
-    return variants[Variant.ON if Variant.ON in variants else Variant.OFF].trace
+    return read_etdump(sme2_measurement.variants[sme2_measurement.headline].etdump)
 
 
 @pytest.fixture
@@ -352,15 +359,15 @@ def sme2_judge(
     undisturbed speed again (``measure.settle``): a transient disturbance of a shared machine
     (seen: 1 of 10 unchanged re-runs, twice) must not fail CI, a real regression persists.
     """
-    from pytest_sme2 import baseline as store
+    from pytest_sme2.baseline import save
     from pytest_sme2.benchmark_interop import add_benchmarks
-    from pytest_sme2.gates import failure_report, judge_confirmed
+    from pytest_sme2.gates import decide
     from pytest_sme2.measure import settle
 
-    def remeasure(baseline: Baseline | None) -> tuple[Measurement, str]:
+    def remeasure() -> tuple[Measurement, str]:
         """A fresh measurement, after the machine settled where that can be told."""
         info = sme2_device.info()
-        record = baseline.record_for(info) if baseline is not None else None
+        record = sme2_baseline.record_for(info) if sme2_baseline is not None else None
         stored_ms = record.reference_fastest_ms if record is not None else None
         expected = sme2_machine_speed.undisturbed_ms(stored_ms)
         if expected is None or not info.time_meaningful:
@@ -375,43 +382,28 @@ def sme2_judge(
         return sme2_measure("confirm"), f"in a fresh measurement ({settling.describe()})"
 
     def judge_measurement(measurement: Measurement) -> tuple[Verdict, ...]:
-        tol = sme2_settings.tolerances
-        baseline = sme2_baseline
-        changes: tuple[str, ...] = ()
-        if baseline is None or sme2_settings.update_baselines:
-            merged, changes = store.merge(baseline, store.from_measurement(measurement, tol), tol)
-            if changes:
-                _or_fail(lambda: store.save(sme2_baseline_path, merged))
-            request.node.stash[BASELINE_CHANGES_KEY] = changes
-            missing = baseline is None and not sme2_settings.update_baselines
-            baseline = merged
-        else:
-            missing = False
-        judgement = judge_confirmed(
+        node = request.node
+        decision = decide(
             measurement,
-            baseline,
-            _expectations(request.node),
-            tol,
-            None if changes else lambda: remeasure(baseline),  # just written: nothing to confirm
+            sme2_baseline,
+            _expectations(node),
+            sme2_settings.tolerances,
+            path=sme2_baseline_path,
+            update=sme2_settings.update_baselines,
+            strict=sme2_settings.strict,
+            remeasure=remeasure,
         )
-        measurement, verdicts = judgement.measurement, judgement.verdicts
-        if judgement.remeasured_after is not None:
-            request.node.user_properties.append(
-                ("sme2 re-measured after", judgement.remeasured_after)
-            )
-        request.node.stash[VERDICTS_KEY] = verdicts
-        add_benchmarks(request.config, request.node.nodeid, measurement)
-        for change in changes:
-            request.node.user_properties.append(("sme2 baseline change", change))
-        report = failure_report(verdicts, strict=sme2_settings.strict)
-        if missing:
-            report = (
-                f"no baseline for {request.node.name}: wrote {sme2_baseline_path}; review and "
-                "commit it, then re-run (or pass --sme2-update-baselines)"
-                + (f"\n{report}" if report else "")
-            )
-        if report:
-            pytest.fail(report, pytrace=False)
-        return verdicts
+        if decision.baseline is not None:
+            _or_fail(lambda: save(sme2_baseline_path, decision.baseline))
+        node.stash[MEASUREMENT_KEY] = decision.measurement
+        node.stash[VERDICTS_KEY] = decision.verdicts
+        node.stash[BASELINE_CHANGES_KEY] = (sme2_baseline_path, decision.changes)
+        if decision.remeasured_after is not None:
+            node.user_properties.append(("sme2 re-measured after", decision.remeasured_after))
+        node.user_properties += [("sme2 baseline change", c) for c in decision.changes]
+        add_benchmarks(request.config, node.nodeid, decision.measurement)
+        if decision.failure:
+            pytest.fail(decision.failure, pytrace=False)
+        return decision.verdicts
 
     return judge_measurement

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
-from pytest_sme2.measure import Measurement, VariantMeasurement
-from pytest_sme2.runner.invoke import RunResult
+from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.trace import Event, Run, Trace
 
 MS = 1_000_000
@@ -90,23 +89,14 @@ ON_OPS = (
 def variant(
     v: Variant, ops, latencies: Sequence[float], evidence: Sme2Evidence | None = None
 ) -> VariantMeasurement:
-    trace = make_trace(ops)
-    result = RunResult(
-        latencies_ms=tuple(latencies),
-        warmup=0,
-        etdump=Path("x.etdump"),
-        outputs=None,
-        log="",
-        command=(),
-        traced=True,
-    )
+    """A variant with timing-only latencies and the profile of ``ops``; its ETDump was never
+    written (the reports then leave out the per-event files)."""
     return VariantMeasurement(
         variant=v,
         latencies_ms=tuple(latencies),
-        trace=trace,
-        profile=profile(trace),
-        traced=result,
-        timing_runs=(result,),
+        timing_warmup=0,
+        profile=profile(make_trace(ops)),
+        etdump=Path("x.etdump").absolute(),
         evidence=evidence,
     )
 
@@ -138,9 +128,9 @@ def measurement(
 
 def counted_variant(v: Variant, ops, evidence: Sme2Evidence) -> VariantMeasurement:
     """A variant as qemu-sme2 measures it: its profile is one inference timed in instructions
-    (1 "ms" of ``ops`` = a million instructions), and the evidence carries that trace."""
+    (1 "ms" of ``ops`` = a million instructions), and the evidence counts that inference."""
     counted = make_trace(ops, runs=1)
-    evidence = replace(evidence, instructions=counted.runs[0].e2e_ns, instruction_trace=counted)
+    evidence = replace(evidence, instructions=counted.runs[0].e2e_ns)
     return replace(variant(v, ops, (1.0,), evidence), profile=profile(counted, unit=INSTRUCTIONS))
 
 

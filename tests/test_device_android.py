@@ -33,6 +33,7 @@ from pytest_sme2.models import get_model
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, run_runner
 from pytest_sme2.tensors import read_tensors
+from pytest_sme2.trace import read_etdump
 from tests.adb_double import configure, install
 from tests.processes import processes_mentioning
 
@@ -213,14 +214,15 @@ def test_measure_runs_end_to_end_through_adb(
     )
     off = measured.variants[Variant.OFF]
     assert len(off.latencies_ms) == 4 and all(ms > 0 for ms in off.latencies_ms)
-    assert len(off.trace.runs) == 3  # 1 warm-up + 2 traced
+    assert len(read_etdump(off.etdump).runs) == 3  # 1 warm-up + 2 traced
     assert all(ms > 0 for ms in off.profile.e2e_ms)
-    assert "taskset 1" in " ".join(off.traced.command)
     # the very outputs the runner computes locally with the same plan
     same = RunPlan(runs=2, warmup=1, traced=True)
+    pinned = device.run(toy.pte, toy.inputs, Variant.OFF, same, tmp_path / "pinned")
+    assert "taskset 1" in " ".join(pinned.command)
     local = run_runner(host_runner, toy.pte, tmp_path / "local", same, inputs=toy.inputs)
-    assert off.traced.outputs is not None and local.outputs is not None
-    for a, b in zip(read_tensors(off.traced.outputs), read_tensors(local.outputs), strict=True):
+    assert off.outputs is not None and local.outputs is not None
+    for a, b in zip(read_tensors(off.outputs), read_tensors(local.outputs), strict=True):
         np.testing.assert_array_equal(a, b)
     # a Release runner logs no kernels: no evidence, rather than a wrong one
     assert device.evidence(toy.pte, toy.inputs, Variant.OFF, 1, tmp_path) is None
@@ -351,8 +353,10 @@ def test_sme2_on_and_off_on_a_phone_with_sme2(
     on, off = measured.variants[Variant.ON], measured.variants[Variant.OFF]
     assert any("PF32" in op for op in on.profile.packed_operators)
     assert not off.profile.packed_operators
-    assert "LD_PRELOAD" in " ".join(off.traced.command)
-    assert "LD_PRELOAD" not in " ".join(on.traced.command)
-    assert on.traced.outputs is not None and off.traced.outputs is not None
-    for a, b in zip(read_tensors(on.traced.outputs), read_tensors(off.traced.outputs), strict=True):
+    once = RunPlan(runs=1, warmup=0, traced=False)
+    for variant, preloaded in ((Variant.OFF, True), (Variant.ON, False)):
+        run = device.run(toy.pte, toy.inputs, variant, once, tmp_path / f"{variant}-once")
+        assert ("LD_PRELOAD" in " ".join(run.command)) is preloaded
+    assert on.outputs is not None and off.outputs is not None
+    for a, b in zip(read_tensors(on.outputs), read_tensors(off.outputs), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

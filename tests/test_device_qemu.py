@@ -181,8 +181,8 @@ def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
     )
     on, off = measured.variants[Variant.ON], measured.variants[Variant.OFF]
     assert on.profile.packed_operators and not off.profile.packed_operators
-    assert on.traced.outputs is not None and off.traced.outputs is not None
-    for a, b in zip(read_tensors(on.traced.outputs), read_tensors(off.traced.outputs), strict=True):
+    assert on.outputs is not None and off.outputs is not None
+    for a, b in zip(read_tensors(on.outputs), read_tensors(off.outputs), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

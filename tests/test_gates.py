@@ -6,10 +6,19 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_sme2.baseline import Tolerances, from_measurement
+from pytest_sme2.baseline import Baseline, Tolerances, from_measurement, merge
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import Expectations, Status, failure_report, judge, only_time_gates_failed
-from tests.measurements import HOST, OFF_OPS, SME2_DEVICE, measurement
+from pytest_sme2.gates import (
+    RECORD_IT,
+    Expectations,
+    Status,
+    decide,
+    failure_report,
+    judge,
+    only_time_gates_failed,
+)
+from pytest_sme2.result import Measurement
+from tests.measurements import HOST, OFF_OPS, SME2_DEVICE, counted_measurement, measurement
 
 TOL = Tolerances()
 
@@ -414,3 +423,108 @@ def test_share_limits_judge_instruction_shares_where_the_profile_counts_instruct
     (verdict,) = judge(counted_measurement(), None, limits, TOL)[:1]
     assert verdict.gate == "share-limits" and verdict.status is Status.FAIL
     assert verdict.message.startswith("Data Movement instruction share 25.0% is above the limit")
+
+
+def _edge(quantity: str, m: Measurement, factor: float) -> Baseline:
+    """``m``'s own baseline with one stored quantity set so that ``m`` lies ``factor``
+    tolerances away from it (positive: ``m`` above the stored value)."""
+    b = from_measurement(m, TOL)
+    on, off = b.variants["sme2-on"], b.variants["sme2-off"]
+    if quantity == "instructions":
+        stored = round(on.instructions / (1 + factor * TOL.instruction_percent / 100))
+        return replace(b, variants={**b.variants, "sme2-on": replace(on, instructions=stored)})
+    if quantity == "instruction ratio":
+        ratio = b.instruction_ratio / (1 + factor * TOL.instruction_percent / 100)
+        return replace(b, instruction_ratio=ratio)
+    if quantity == "instruction shares":
+        shares = {**off.instruction_shares}
+        shares["Convolution"] -= factor * TOL.share_points / 100
+        off = replace(off, instruction_shares=shares)
+        return replace(b, variants={**b.variants, "sme2-off": off})
+    ((class_id, record),) = b.machines.items()
+    times = record.variants["sme2-off"]
+    if quantity == "latency":
+        fastest = times.latency.min_ms / (1 + factor * TOL.latency_percent / 100)
+        times = replace(times, latency=replace(times.latency, min_ms=fastest))
+        record = replace(record, variants={**record.variants, "sme2-off": times})
+    elif quantity == "shares":
+        shares = {**times.shares}
+        shares["Convolution"] -= factor * TOL.share_points / 100
+        times = replace(times, shares=shares)
+        record = replace(record, variants={**record.variants, "sme2-off": times})
+    else:  # speedup: the interval's end nearest the stored value lies ``factor`` tolerances off
+        s = record.speedup
+        near = s.low if factor > 0 else s.high
+        stored_speedup = near / (1 + factor * TOL.speedup_percent / 100)
+        record = replace(record, speedup=replace(s, value=stored_speedup))
+    return replace(b, machines={class_id: record})
+
+
+#: quantity → the gate judging it, what the update's change line says, when the gate fails
+#: ("above": the measurement above the stored value is worse), and the measurement judged
+MOVED_RULES = {
+    "latency": ("latency[sme2-off]", "sme2-off fastest run", "above", SME2_DEVICE),
+    "shares": ("shares[sme2-off]", "sme2-off Convolution share", "either", SME2_DEVICE),
+    "speedup": ("speedup-baseline", "speedup", "below", SME2_DEVICE),
+    "instructions": ("instructions[sme2-on]", "sme2-on instructions/inference", "above", None),
+    "instruction ratio": ("instruction-ratio-baseline", "instruction ratio", "below", None),
+    "instruction shares": (
+        "instruction-shares[sme2-off]",
+        "sme2-off instruction shares moved",
+        "either",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("factor", [-1.02, -0.98, 0.98, 1.02])
+@pytest.mark.parametrize("quantity", list(MOVED_RULES))
+def test_gates_and_the_baseline_update_agree_on_moved_at_the_edges_of_tolerance(quantity, factor):
+    """Just inside a tolerance nothing moved: the gate passes quietly and an update keeps the
+    stored value. Just beyond it, the update records the new value, and the gate fails (a move
+    for the worse) or says to record it (for the better)."""
+    gate, change, fails, device = MOVED_RULES[quantity]
+    m = measurement(device) if device is not None else counted_measurement()
+    stored = _edge(quantity, m, factor)
+    verdict = by_gate(judge(m, stored, Expectations(), TOL))[gate]
+    _, changes = merge(stored, from_measurement(m, TOL), TOL)
+    moved = abs(factor) > 1
+    assert any(line.startswith(change) or f"] {change}" in line for line in changes) is moved
+    assert (verdict.status is Status.FAIL or RECORD_IT in verdict.message) is moved, verdict
+    worse = fails == "either" or (fails == "above") is (factor > 0)
+    assert (verdict.status is Status.FAIL) is (moved and worse), verdict
+
+
+def test_decide_writes_a_missing_baseline_fails_once_and_carries_out_nothing_itself(tmp_path):
+    m = measurement(SME2_DEVICE)
+    path = tmp_path / "toy-fp32.json"
+    first = decide(
+        m, None, Expectations(), TOL, path=path, update=False, strict=False, remeasure=None
+    )
+    assert first.baseline == from_measurement(m, TOL) and first.changes == ("new baseline",)
+    assert first.failure.startswith(f"no baseline for toy[fp32] on phone: wrote {path}")
+    assert not path.exists()  # writing it is the plugin's to do
+    again = decide(
+        m, first.baseline, Expectations(), TOL, path=path, update=True, strict=False, remeasure=None
+    )
+    assert again.baseline is None and again.changes == () and again.failure is None
+    assert again.verdicts == judge(m, first.baseline, Expectations(), TOL)
+
+
+def test_decide_confirms_a_time_failure_on_a_fresh_measurement(tmp_path):
+    stored = from_measurement(measurement(SME2_DEVICE), TOL)
+    slow = measurement(SME2_DEVICE, off_latencies=(12.0, 12.1, 11.9, 12.0, 12.0, 12.0))
+    fresh = measurement(SME2_DEVICE)
+    decision = decide(
+        slow,
+        stored,
+        Expectations(),
+        TOL,
+        path=tmp_path / "b.json",
+        update=False,
+        strict=False,
+        remeasure=lambda: (fresh, "in a fresh measurement"),
+    )
+    assert decision.measurement == fresh and decision.failure is None
+    assert decision.remeasured_after and "latency" in decision.remeasured_after
+    assert decision.baseline is None

@@ -133,7 +133,7 @@ def test_missing_baseline_is_written_and_fails_then_compares_and_updates(pyteste
     make_suite(pytester)
     first = run(pytester, "--sme2-models=plug_a")
     first.assert_outcomes(failed=1)
-    assert "no baseline for test_model[plug_a-fp32]: wrote " in first.stdout.str()
+    assert "no baseline for plug_a[fp32] on host: wrote " in first.stdout.str()
     path = pytester.path / "baselines" / "host" / "plug_a-fp32.json"
     stored = json.loads(path.read_text())
     assert stored["model"] == "plug_a" and stored["variants"]["sme2-off"]["operators"]

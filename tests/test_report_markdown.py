@@ -3,6 +3,7 @@ one-variant devices say so, recommendations follow the data."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ import pytest
 from pytest_sme2.analysis import profile
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Status, Verdict
-from pytest_sme2.measure import Measurement, VariantMeasurement
 from pytest_sme2.report import content
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
+from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
 from pytest_sme2.trace import Event, Run, Trace
 from tests.measurements import HOST, SME2_DEVICE, measurement
@@ -120,9 +121,7 @@ def _with_layer_norm() -> Measurement:
         runs.append(Run(index, events[0].end_ns, events))
     trace = Trace(path=None, runs=tuple(runs), setup_events=())
     base = measurement(HOST).variants[Variant.OFF]
-    vm = VariantMeasurement(
-        Variant.OFF, base.latencies_ms, trace, profile(trace), base.traced, base.timing_runs
-    )
+    vm = replace(base, profile=profile(trace))
     return Measurement("ln", "fp32", 1, HOST, {Variant.OFF: vm}, interleaved=False)
 
 

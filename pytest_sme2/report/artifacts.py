@@ -36,7 +36,7 @@ import os
 import platform
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -48,13 +48,13 @@ from pytest_sme2.analysis import Profile, event_backend
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Verdict
-from pytest_sme2.measure import Measurement
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.report.chrome_trace import write_chrome_trace
-from pytest_sme2.report.content import headline_variant, ordered_variants
+from pytest_sme2.report.content import ordered_variants
 from pytest_sme2.report.markdown import case_report
+from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
-from pytest_sme2.trace import Run, Trace
+from pytest_sme2.trace import Run, Trace, read_etdump
 
 TIMELINE_COLUMNS = (
     "model_id",
@@ -84,7 +84,8 @@ MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.md"
 #: ``generator`` value of our manifests: ``sme2 report`` reloads those exactly.
 GENERATOR = "pytest-sme2"
-SCHEMA_VERSION = 1
+#: 2: the case record (``Measurement.to_json``) at the top level
+SCHEMA_VERSION = 2
 
 
 def model_stem(m: Measurement) -> str:
@@ -216,23 +217,16 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def _operator_details(prof: Profile, variant: Variant) -> list[dict[str, Any]]:
+def _operator_details(profile_json: Mapping[str, Any], variant: Variant) -> list[dict[str, Any]]:
+    """The profile's operators (``Profile.to_json``) with the kit's extra names for them."""
     return [
         {
-            "name": op.name,
-            "category": op.category,
-            "avg_ms": op.mean_ms,
-            "count": op.count,
-            "total_ms": op.total_ms,
-            "kernel_hint": "packed SME operands (SME/SME2 kernel)" if op.packed else "",
+            **op,
+            "avg_ms": op["mean_ms"],
+            "kernel_hint": "packed SME operands (SME/SME2 kernel)" if op["packed"] else "",
             "variant": str(variant),
-            "subcategory": op.subcategory,
-            "per_run_ms": op.per_run_ms,
-            "share": op.share,
-            "delegated": op.delegated,
-            "packed": op.packed,
         }
-        for op in prof.operators
+        for op in profile_json["operators"]
     ]
 
 
@@ -256,12 +250,12 @@ def analysis_summary(
 ) -> dict[str, Any]:
     """The kit's ``analysis_summary.json`` keys (``category_totals_ms``, ``per_etdump``,
     ``operator_details``), for the headline variant at top level, per variant in ``per_etdump``."""
-    head = headline_variant(m)
-    head_prof = m.variants[head].profile
+    head = m.headline
+    head_json = m.variants[head].profile.to_json()
     per_etdump = []
     csv_files = []
     for variant in ordered_variants(m):
-        prof = m.variants[variant].profile
+        prof = m.variants[variant].profile.to_json()
         f = files[variant]
         csvs = [_rel(p, base) for p in (f.timeline_all, f.timeline_run0, f.ops_stats)]
         csv_files += csvs
@@ -270,16 +264,8 @@ def analysis_summary(
                 "etdump": _rel(f.etdump, base),
                 "experiment": experiment(m, variant),
                 "variant": str(variant),
-                "runs": prof.runs,
-                "warmup": prof.warmup,
-                "e2e_ms": list(prof.e2e_ms),
-                "latency": asdict(prof.latency),
-                "categories_ms": dict(prof.categories_ms),
-                "shares": prof.shares,
-                "subcategories_ms": dict(prof.subcategories_ms),
-                "delegated_ms": prof.delegated_ms,
-                "non_delegated_ms": prof.non_delegated_ms,
-                "packed_operators": list(prof.packed_operators),
+                **prof,
+                "packed_operators": list(m.variants[variant].profile.packed_operators),
                 "csv_files": csvs,
                 "chrome_trace": _rel(f.chrome_trace, base),
                 "operator_details": _operator_details(prof, variant),
@@ -292,10 +278,10 @@ def analysis_summary(
         "threads": m.threads,
         "device": m.device.name,
         "category_totals_variant": str(head),
-        "category_totals_ms": dict(head_prof.categories_ms),
-        "category_shares": head_prof.shares,
+        "category_totals_ms": head_json["categories_ms"],
+        "category_shares": head_json["shares"],
         "per_etdump": per_etdump,
-        "operator_details": _operator_details(head_prof, head),
+        "operator_details": _operator_details(head_json, head),
         "comparison": comparison_json(m),
         "csv_files": csv_files,
         "csv_dir": ".",
@@ -309,14 +295,15 @@ def manifest(
     base: Path,
     config: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Run metadata: versions, device fingerprint, config, and per variant the timing-only and
-    traced results with their latencies (the kit's ``results[]``), plus the verdicts."""
+    """The case record (``Measurement.to_json``, what ``sme2 report`` and the xdist controller
+    reload), and around it run metadata: versions, config, per variant the timing-only and traced
+    results with their latencies (the kit's ``results[]``), and the verdicts."""
     versions = _versions()
     results = []
     for variant in ordered_variants(m):
         vm = m.variants[variant]
         f = files[variant]
-        if vm.timing_runs:
+        if vm.timing_warmup is not None:
             results.append(
                 {
                     "experiment": experiment(m, variant),
@@ -325,7 +312,7 @@ def manifest(
                     "status": "ok",
                     "threads": m.threads,
                     "runs": len(vm.latencies_ms),
-                    "warmup": vm.timing_runs[0].warmup,
+                    "warmup": vm.timing_warmup,
                     "latency_ms": list(vm.latencies_ms),
                     "median_ms": LatencyStats.of(vm.latencies_ms).median_ms,
                     "artifacts": {},
@@ -355,41 +342,29 @@ def manifest(
                 "artifacts": artifacts,
             }
         )
+    # the record's ETDumps are the copies in this directory: the manifest stays valid with it
+    record = replace(
+        m,
+        variants={
+            v: replace(vm, etdump=files[v].etdump) if files[v].etdump.is_file() else vm
+            for v, vm in m.variants.items()
+        },
+    )
     return {
         "schema_version": SCHEMA_VERSION,
         "generator": GENERATOR,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "model": m.model,
+        **record.to_json(base),
         "model_id": model_stem(m),
-        "dtype": m.dtype,
-        "threads": m.threads,
-        "interleaved": m.interleaved,
         "config": dict(config),
         "executorch": {
             "present": versions["executorch"] != "not installed",
             "version": m.device.fingerprint.get("executorch", versions["executorch"]),
         },
         "versions": versions,
-        "device": {
-            "name": m.device.name,
-            "fingerprint": dict(m.device.fingerprint),
-            "machine_class": dict(m.device.machine_class),
-            "has_sme2": m.device.has_sme2,
-            "variants": [str(v) for v in m.device.variants],
-            "time_meaningful": m.device.time_meaningful,
-            "limits": dict(m.device.limits),
-        },
         "results": results,
         "comparison": comparison_json(m),
-        "verdicts": [
-            {
-                "gate": v.gate,
-                "status": v.status.value,
-                "message": v.message,
-                "details": list(v.details),
-            }
-            for v in verdicts
-        ],
+        "verdicts": [v.to_json() for v in verdicts],
     }
 
 
@@ -405,15 +380,16 @@ def write_artifacts(
     *,
     config: Mapping[str, Any],
     charts: Mapping[str, bytes],
-    classifier: Classifier | None = None,
     title: str | None = None,
 ) -> TestArtifacts:
     """Write every file of the module docstring into ``directory`` (created if needed).
 
     ``config`` goes into the manifest as is; ``charts`` are PNGs by file stem
-    (``charts.render_charts``).
+    (``charts.render_charts``). The timelines and the Perfetto trace lay out every event of the
+    traced run, so they are written only where its ETDump is still there to read.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    classifier = Classifier(m.overrides)
     files: dict[Variant, VariantFiles] = {}
     for variant in ordered_variants(m):
         vm = m.variants[variant]
@@ -425,23 +401,23 @@ def write_artifacts(
             ops_stats=directory / f"{prefix}_exec_ops_stats.csv",
             chrome_trace=directory / f"{prefix}_trace.json",
         )
-        source = vm.traced.etdump
-        if source is not None and source.is_file():
-            _link_or_copy(source, f.etdump)
-        backends = vm.profile.backends
-        timeline_frame(vm.trace, prefix, backends=backends).to_csv(f.timeline_all, index=False)
-        first_measured = vm.trace.runs[vm.profile.warmup : vm.profile.warmup + 1]
-        timeline_frame(vm.trace, prefix, first_measured, backends).to_csv(
-            f.timeline_run0, index=False
-        )
         ops_stats_frame(vm.profile, prefix).to_csv(f.ops_stats, index=False)
-        write_chrome_trace(
-            f.chrome_trace,
-            vm.trace,
-            warmup=vm.profile.warmup,
-            title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
-            classifier=classifier,
-        )
+        if vm.etdump.is_file():
+            _link_or_copy(vm.etdump, f.etdump)
+            trace = read_etdump(vm.etdump)
+            backends, warmup = vm.profile.backends, vm.profile.warmup
+            timeline_frame(trace, prefix, backends=backends).to_csv(f.timeline_all, index=False)
+            first_measured = trace.runs[warmup : warmup + 1]
+            timeline_frame(trace, prefix, first_measured, backends).to_csv(
+                f.timeline_run0, index=False
+            )
+            write_chrome_trace(
+                f.chrome_trace,
+                trace,
+                warmup=warmup,
+                title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
+                classifier=classifier,
+            )
         files[variant] = f
     chart_paths = {}
     for name, png in charts.items():

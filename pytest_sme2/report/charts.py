@@ -15,7 +15,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.measure import Measurement
 from pytest_sme2.report.content import (
     case_title,
     counts_instructions,
@@ -23,6 +22,7 @@ from pytest_sme2.report.content import (
     ordered_variants,
     unit,
 )
+from pytest_sme2.result import Measurement
 
 #: One colour per category, the same in every chart (colour-blind safe Tableau order).
 CATEGORY_COLOURS = {

@@ -12,12 +12,12 @@ import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_sme2.analysis import DELEGATE_CALL, OTHER, Profile
+from pytest_sme2.analysis import OTHER, Profile
 from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.gates import NO_TIME_RECORD, Status, Verdict
-from pytest_sme2.measure import Measurement
 from pytest_sme2.ops import parse_op_name
+from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
 
 #: An operator or category above this share of E2E is a bottleneck (the reference report's 5 %).
@@ -78,21 +78,16 @@ def ratio(value: float | None) -> str:
 def unit(m: Measurement) -> str:
     """What the profiles' values are: ``ms``, or ``M instr`` (millions of guest instructions)
     where the device counts instructions because its time means nothing (qemu-sme2)."""
-    return m.variants[headline_variant(m)].profile.unit
+    return m.variants[m.headline].profile.unit
 
 
 def counts_instructions(m: Measurement) -> bool:
-    return m.variants[headline_variant(m)].profile.counts_instructions
+    return m.variants[m.headline].profile.counts_instructions
 
 
 def off_on_label(m: Measurement) -> str:
     """The header of an off ÷ on column: a speedup in time, an instruction ratio otherwise."""
     return "instructions off ÷ on" if counts_instructions(m) else "speedup"
-
-
-def headline_variant(m: Measurement) -> Variant:
-    """The variant a single number describes: SME2-on where measured (what ships), else off."""
-    return Variant.ON if Variant.ON in m.variants else Variant.OFF
 
 
 def ordered_variants(m: Measurement) -> list[Variant]:
@@ -121,8 +116,8 @@ def e2e_text(m: Measurement, variant: Variant) -> str:
 
 def latency_source(m: Measurement) -> str:
     """Where the latencies come from: timing-only runs, or (for traces made elsewhere, which
-    have no ``timing_runs``) the traced runs' E2E, which include the event tracer's cost."""
-    if all(vm.timing_runs for vm in m.variants.values()):
+    have no timing-only runs) the traced runs' E2E, which include the event tracer's cost."""
+    if all(vm.timing_warmup is not None for vm in m.variants.values()):
         return "timing-only runs"
     return "traced runs' E2E (no timing-only runs; includes tracing overhead)"
 
@@ -179,7 +174,7 @@ def metadata_table(m: Measurement) -> Table:
     ]
     for variant in ordered_variants(m):
         vm = m.variants[variant]
-        timing = f"{len(vm.latencies_ms)} timing-only, " if vm.timing_runs else ""
+        timing = f"{len(vm.latencies_ms)} timing-only, " if vm.timing_warmup is not None else ""
         rows.append(
             (
                 f"runs ({variant})",
@@ -246,7 +241,7 @@ def category_table(m: Measurement) -> Table:
     (off ÷ on) and the share change in points."""
     comparison = m.comparison
     if comparison is None:
-        prof = m.variants[headline_variant(m)].profile
+        prof = m.variants[m.headline].profile
         shares = prof.shares
         rows = [(c, ms(prof.categories_ms[c]), pct(shares[c])) for c in CATEGORIES]
         rows.append(("E2E (mean)", ms(prof.latency.mean_ms), pct(1.0)))
@@ -388,7 +383,7 @@ def delegation_table(m: Measurement) -> Table:
                 pct(prof.delegated_ms / e2e if e2e else 0.0),
                 ms(prof.non_delegated_ms),
                 pct(prof.non_delegated_ms / e2e if e2e else 0.0),
-                f"{delegate_calls_per_run(m, variant):g}",
+                f"{prof.delegate_calls_per_run:g}",
                 str(len(non_delegated(m, variant))),
             )
         )
@@ -404,16 +399,10 @@ def delegation_table(m: Measurement) -> Table:
     return Table(headers, tuple(rows))
 
 
-def delegate_calls_per_run(m: Measurement, variant: Variant) -> float:
-    """How many ``DELEGATE_CALL``s a kept run makes: more than one means a split graph."""
-    vm = m.variants[variant]
-    kept = vm.trace.runs[vm.profile.warmup :]
-    calls = sum(1 for run in kept for e in run.events if e.name == DELEGATE_CALL)
-    return calls / len(kept)
-
-
 def evidence_lines(m: Measurement) -> list[str]:
-    """What the traces prove about SME2: packed operator names per variant, and what they cannot."""
+    """What the traces prove about SME2: packed operator names per variant, and what they cannot;
+    and, where the device shows them, the executed kernels and instruction counts the gates
+    judged on."""
     lines = []
     for variant in ordered_variants(m):
         packed = m.variants[variant].profile.packed_operators
@@ -425,6 +414,7 @@ def evidence_lines(m: Measurement) -> list[str]:
                 else "no packed SME operator (PF32/PF16/PQS8 …) in the trace"
             )
         )
+    lines += _executed_lines(m)
     if not m.device.has_sme2:
         lines.append(
             f"{m.device.name} has no SME2 "
@@ -450,10 +440,37 @@ def evidence_lines(m: Measurement) -> list[str]:
             lines.append(
                 "Packed SME operators also ran with SME2 off: the off variant is not SME-free."
             )
-    lines.append(
-        "Kernel names: release builds of XNNPACK log none; operator datatypes are the evidence. "
-        "Dynamic int8 (QP8) names look alike with and without SME."
-    )
+    if not any(vm.evidence for vm in m.variants.values()):
+        lines.append(
+            "Kernel names: release builds of XNNPACK log none; operator datatypes are the "
+            "evidence. Dynamic int8 (QP8) names look alike with and without SME."
+        )
+    return lines
+
+
+def _executed_lines(m: Measurement) -> list[str]:
+    """Per variant with device evidence: the SME2 (and SME1-only) kernels that executed and the
+    instructions of one inference; then the instruction ratio off ÷ on."""
+    lines = []
+    for variant in ordered_variants(m):
+        evidence = m.variants[variant].evidence
+        if evidence is None:
+            continue
+        kernels = evidence.sme2_kernels
+        executed = (
+            f"{len(kernels)} SME2 kernel(s) executed: {', '.join(kernels)}"
+            if kernels
+            else "no SME2 kernel executed"
+        )
+        if evidence.sme_kernels:
+            executed += f"; SME1-only kernel(s): {', '.join(evidence.sme_kernels)}"
+        if evidence.instructions is not None:
+            executed += f"; {evidence.instructions:,} instructions/inference"
+            if evidence.sme_instructions is not None:
+                executed += f", {evidence.sme_instructions:,} of them SME"
+        lines.append(f"{variant} ({evidence.source}): {executed}")
+    if m.instruction_ratio is not None:
+        lines.append(f"Instruction ratio {m.instruction_ratio:.2f}× (instructions off ÷ on).")
     return lines
 
 
@@ -471,7 +488,7 @@ def verdict_table(verdicts: Sequence[Verdict]) -> Table:
 
 def recommendations(m: Measurement) -> list[str]:
     """Advice derived from the numbers, each sentence carrying the numbers that triggered it."""
-    variant = headline_variant(m)
+    variant = m.headline
     vm = m.variants[variant]
     prof = vm.profile
     shares = prof.shares
@@ -503,7 +520,7 @@ def recommendations(m: Measurement) -> list[str]:
             "on ExecuTorch's own kernels with no SME2."
         )
 
-    calls = delegate_calls_per_run(m, variant)
+    calls = prof.delegate_calls_per_run
     if calls > 1:
         advice.append(
             f"The graph is split into {calls:g} delegate calls per run: every split point copies "
@@ -564,7 +581,7 @@ def recommendations(m: Measurement) -> list[str]:
 def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
     """One test as the session tables show it: case, E2E medians, speedup, the top
     category of the headline variant and the verdict."""
-    head = headline_variant(m)
+    head = m.headline
     shares = m.variants[head].profile.shares
     top = max(CATEGORIES, key=lambda c: shares[c])
 

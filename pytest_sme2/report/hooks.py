@@ -4,8 +4,9 @@ each measured test, extra result-table columns, and the session report.md.
 The plugin registers one ``ReportPlugin`` per session at configure time. It reads what the
 fixtures left in the item's stash (measurement, verdicts); nothing here measures or judges.
 Under pytest-xdist the workers write the per-test files and the controller writes the session
-report, reloading each remote test from its ``manifest.json`` (the report attribute
-``sme2_artifacts`` carries the directory across processes).
+report, reloading each remote test's case record from its ``manifest.json`` (the report
+attribute ``sme2_artifacts`` carries the directory across processes): the record is lossless, so
+the session report says the same with and without xdist.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from typing import Any
 import pytest
 
 from pytest_sme2.cache import write_atomic
-from pytest_sme2.keys import BASELINE_CHANGES_KEY, MEASUREMENT_KEY, SETTINGS_KEY, VERDICTS_KEY
+from pytest_sme2.keys import (
+    ARTIFACTS_DIR_KEY,
+    BASELINE_CHANGES_KEY,
+    MEASUREMENT_KEY,
+    SETTINGS_KEY,
+    VERDICTS_KEY,
+)
 
 SESSION_REPORT_NAME = "report.md"
 
@@ -78,9 +85,8 @@ class ReportPlugin:
         verdicts = item.stash.get(VERDICTS_KEY, ())
         charts = render_charts(m)
         links: list[tuple[str, str]] = []
-        directory = getattr(item, "funcargs", {}).get("sme2_artifacts_dir")
-        if isinstance(directory, Path):
-            settings = self.config.stash.get(SETTINGS_KEY, None)
+        directory = item.stash.get(ARTIFACTS_DIR_KEY, None)
+        if directory is not None:
             try:
                 written = write_artifacts(
                     m,
@@ -88,7 +94,6 @@ class ReportPlugin:
                     directory,
                     config=self._manifest_config(item, m.threads),
                     charts=charts,
-                    classifier=settings.classifier if settings is not None else None,
                     title=item.nodeid,
                 )
             except OSError as err:  # a full disk, a read-only mount: one line, not a traceback
@@ -107,9 +112,8 @@ class ReportPlugin:
         report.sme2_summary = summary_row(m, verdicts)
         report.sme2_skipped = skipped_reasons([verdicts])
         report.sme2_untimed = untimed_class(m, verdicts)
-        changes = item.stash.get(BASELINE_CHANGES_KEY, ())
-        baseline_path = getattr(item, "funcargs", {}).get("sme2_baseline_path")
-        if changes and baseline_path is not None:
+        baseline_path, changes = item.stash.get(BASELINE_CHANGES_KEY, (None, ()))
+        if changes:
             shown = os.path.relpath(baseline_path, self.config.invocation_params.dir)
             report.sme2_baseline_changes = (shown, tuple(changes))
         html_plugin = self.config.pluginmanager.getplugin("html")
@@ -170,7 +174,8 @@ class ReportPlugin:
         from pytest_sme2.report.rundir import load_test_dir
 
         entries = []
-        for nodeid, directory in self.dirs.items():
+        # by node id: xdist workers finish in no fixed order, and the report must not depend on it
+        for nodeid, directory in sorted(self.dirs.items()):
             if nodeid in self.local:
                 m, verdicts = self.local[nodeid]
             else:

@@ -12,9 +12,9 @@ import html
 from collections.abc import Mapping, Sequence
 
 from pytest_sme2.gates import Verdict
-from pytest_sme2.measure import Measurement
 from pytest_sme2.report import content as c
 from pytest_sme2.report.charts import data_uri
+from pytest_sme2.result import Measurement
 
 #: Extra result-table columns: (header, CSS column name), in order.
 COLUMNS = (
@@ -66,7 +66,7 @@ def extra_html(
     links: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The HTML block shown under a test's row: ``links`` are (label, href) pairs."""
-    head = c.headline_variant(m)
+    head = m.headline
     parts = [
         _STYLE,
         '<div class="sme2-report">',

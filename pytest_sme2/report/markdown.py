@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Verdict
-from pytest_sme2.measure import Measurement
 from pytest_sme2.report import content as c
+from pytest_sme2.result import Measurement
 
 
 def _section(title: str, *body: str) -> str:
@@ -34,7 +34,7 @@ def case_report(
     title: str | None = None,
 ) -> str:
     """The markdown report of one measurement; ``links`` are (label, relative path) pairs."""
-    head = c.headline_variant(m)
+    head = m.headline
     note = c.single_variant_note(m)
     comparison = m.comparison
     parts = [

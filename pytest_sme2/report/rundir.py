@@ -2,12 +2,13 @@
 
 ``sme2 report RUN_DIR`` finds two kinds of input under ``RUN_DIR``:
 
-* our own test directories (a ``manifest.json`` written by pytest-sme2): reloaded exactly —
-  timing-only latencies, warm-up, device, verdicts — so the report equals the one pytest wrote;
+* our own test directories (a ``manifest.json`` written by pytest-sme2): the case record it holds
+  is reloaded exactly (``Measurement.from_json``) with the verdicts, so the report equals the one
+  pytest wrote;
 * any other ETDump (``*.etdump``, ``*.etdp``), e.g. the reference workflow's
   ``<model>_xnnpack_<dtype>_<exp>_t<threads>.etdump``: paired SME2-off/on by path, where the path
   names the variant (``sme2_on``/``sme2-off``, …). Latency then comes from the traced runs' E2E,
-  since there are no timing-only runs (``timing_runs`` is empty), and the report says so.
+  since there are no timing-only runs, and the report says so.
 
 ``sme2 compare A B`` pairs two ETDumps directly: A is the reference (SME2-off), B the candidate
 (SME2-on), so ``speedup = A ÷ B`` like everywhere else.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,17 @@ from typing import Any
 from pytest_sme2.analysis import profile
 from pytest_sme2.devices.base import DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import Status, Verdict
-from pytest_sme2.measure import Measurement, VariantMeasurement
-from pytest_sme2.report.artifacts import GENERATOR, MANIFEST_NAME, REPORT_NAME, write_artifacts
+from pytest_sme2.gates import Verdict
+from pytest_sme2.report.artifacts import (
+    GENERATOR,
+    MANIFEST_NAME,
+    REPORT_NAME,
+    SCHEMA_VERSION,
+    write_artifacts,
+)
 from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
-from pytest_sme2.runner.invoke import RunResult
+from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.trace import read_etdump
 
 ETDUMP_SUFFIXES = (".etdump", ".etdp")
@@ -40,43 +46,13 @@ _KIT_STEM = re.compile(
 )
 
 
-def _variant_measurement(
-    variant: Variant, etdump: Path, warmup: int, timing: tuple[Sequence[float], int] | None
-) -> VariantMeasurement:
-    """One variant from its ETDump; ``timing`` is (timing-only latencies, their warm-up) when
-    known, else the latencies are the traced runs' E2E and ``timing_runs`` stays empty."""
+def _variant_measurement(variant: Variant, etdump: Path, warmup: int) -> VariantMeasurement:
+    """One variant from an ETDump made elsewhere: no timing-only runs, so its latencies are the
+    traced runs' E2E (first ``warmup`` runs dropped, keeping at least one)."""
     trace = read_etdump(etdump)
-    warmup = min(warmup, len(trace.runs) - 1)
-    prof = profile(trace, warmup=warmup)
-    traced = RunResult(
-        latencies_ms=prof.e2e_ms,
-        warmup=warmup,
-        etdump=etdump,
-        outputs=None,
-        log="",
-        command=(),
-        traced=True,
-    )
-    timing_runs: tuple[RunResult, ...] = ()
-    if timing is not None:
-        timing_runs = (
-            RunResult(
-                latencies_ms=tuple(timing[0]),
-                warmup=timing[1],
-                etdump=None,
-                outputs=None,
-                log="",
-                command=(),
-                traced=False,
-            ),
-        )
+    prof = profile(trace, warmup=min(warmup, len(trace.runs) - 1))
     return VariantMeasurement(
-        variant=variant,
-        latencies_ms=timing_runs[0].latencies_ms if timing_runs else prof.e2e_ms,
-        trace=trace,
-        profile=prof,
-        traced=traced,
-        timing_runs=timing_runs,
+        variant=variant, latencies_ms=prof.e2e_ms, timing_warmup=None, profile=prof, etdump=etdump
     )
 
 
@@ -92,7 +68,7 @@ def measurement_from_etdumps(
     """A Measurement from one ETDump per variant, latency from the traced runs (first
     ``warmup`` runs of each dropped, keeping at least one)."""
     variants = {
-        v: _variant_measurement(v, etdumps[v], warmup, None)
+        v: _variant_measurement(v, etdumps[v], warmup)
         for v in (Variant.ON, Variant.OFF)
         if v in etdumps
     }
@@ -112,45 +88,16 @@ def measurement_from_etdumps(
 
 
 def load_test_dir(manifest_path: Path) -> tuple[Measurement, tuple[Verdict, ...]]:
-    """Reload a test directory that pytest-sme2 wrote (its ``manifest.json``)."""
+    """Reload the case record and the verdicts of a test directory pytest-sme2 wrote."""
     try:
         data = json.loads(manifest_path.read_text())
-        base = manifest_path.parent
-        timing = {r["variant"]: r for r in data["results"] if r["mode"] == "timing"}
-        traced = {r["variant"]: r for r in data["results"] if r["mode"] == "trace"}
-        variants = {}
-        for name, result in traced.items():
-            variant = Variant(name)
-            etdump = base / result["artifacts"]["etdump"]["relative_path"]
-            timed = timing.get(name)
-            variants[variant] = _variant_measurement(
-                variant,
-                etdump,
-                int(result["warmup"]),
-                (timed["latency_ms"], int(timed["warmup"])) if timed else None,
+        if data["schema_version"] != SCHEMA_VERSION:
+            raise ConfigError(
+                f"{manifest_path}: manifest schema {data['schema_version']}, this pytest-sme2 "
+                f"reads {SCHEMA_VERSION}; re-run the tests that wrote it"
             )
-        dev = data["device"]
-        info = DeviceInfo(
-            name=dev["name"],
-            fingerprint=dev["fingerprint"],
-            has_sme2=dev["has_sme2"],
-            variants=tuple(Variant(v) for v in dev["variants"]),
-            time_meaningful=dev["time_meaningful"],
-            limits=dev["limits"],
-            machine_class=dev.get("machine_class", {}),
-        )
-        verdicts = tuple(
-            Verdict(v["gate"], Status(v["status"]), v["message"], tuple(v["details"]))
-            for v in data["verdicts"]
-        )
-        measurement = Measurement(
-            model=data["model"],
-            dtype=data["dtype"],
-            threads=int(data["threads"]),
-            device=info,
-            variants=variants,
-            interleaved=bool(data["interleaved"]),
-        )
+        measurement = Measurement.from_json(data, manifest_path.parent)
+        verdicts = tuple(Verdict.from_json(v) for v in data["verdicts"])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{manifest_path}: not a readable pytest-sme2 manifest ({err})") from None
     return measurement, verdicts

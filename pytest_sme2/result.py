@@ -1,0 +1,197 @@
+"""The case record: everything measured for one model × dtype × threads on one device.
+
+``measure`` produces it; ``gates``, ``baseline`` and every part of ``report`` consume it. It is
+the one thing that crosses a process boundary: under pytest-xdist a worker saves it in the test's
+``manifest.json`` and the controller's session report is rebuilt from it, so its JSON form is
+lossless (``Measurement.from_json(m.to_json(base), base) == m``) and lives only here. A report
+made from the saved record therefore says what the gates judged: the device's instruction counts
+and executed kernels, parity, the category overrides.
+
+What the record holds of a run is what the stages downstream read: latencies, the analysed
+profile, and the paths of the files the run left (ETDump, outputs). Runner logs and commands stay
+with the run; the trace is read back from the ETDump by the few places that lay out every event
+(timelines, Perfetto trace).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_sme2.analysis import Comparison, Profile, compare
+from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.numerics import Numerics
+
+
+@dataclass(frozen=True)
+class VariantMeasurement:
+    """One variant's latencies and its traced run, analysed.
+
+    Where the device's time is not meaningful, or the ETDump was made elsewhere, there are no
+    timing-only runs: ``latencies_ms`` are then the traced runs' E2E (recorded, never judged) and
+    ``timing_warmup`` is None.
+    """
+
+    variant: Variant
+    latencies_ms: tuple[float, ...]
+    #: warm-up executions before each round of timing-only runs; None where there were none
+    timing_warmup: int | None
+    profile: Profile
+    #: the traced run's ETDump and (where the runner wrote them) its outputs
+    etdump: Path
+    outputs: Path | None = None
+    #: kernels/instruction counts, from devices that can show them (qemu exec log, kernel log);
+    #: the counted inference's trace is summarised in ``profile``, not kept here
+    evidence: Sme2Evidence | None = None
+
+    def to_json(self, base: Path) -> dict[str, Any]:
+        return {
+            "variant": str(self.variant),
+            "latencies_ms": list(self.latencies_ms),
+            "timing_warmup": self.timing_warmup,
+            "profile": self.profile.to_json(),
+            "etdump": _relative(self.etdump, base),
+            "outputs": None if self.outputs is None else _relative(self.outputs, base),
+            "evidence": None if self.evidence is None else _evidence_json(self.evidence),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], base: Path) -> VariantMeasurement:
+        evidence = data["evidence"]
+        return cls(
+            variant=Variant(data["variant"]),
+            latencies_ms=tuple(data["latencies_ms"]),
+            timing_warmup=data["timing_warmup"],
+            profile=Profile.from_json(data["profile"]),
+            etdump=_resolve(data["etdump"], base),
+            outputs=None if data["outputs"] is None else _resolve(data["outputs"], base),
+            evidence=None
+            if evidence is None
+            else Sme2Evidence(
+                instructions=evidence["instructions"],
+                sme_instructions=evidence["sme_instructions"],
+                sme2_kernels=tuple(evidence["sme2_kernels"]),
+                sme_kernels=tuple(evidence["sme_kernels"]),
+                source=evidence["source"],
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything measured for one model × dtype × threads on one device.
+
+    ``comparison`` (SME2-off vs SME2-on, when the device ran both) is computed once, at
+    construction: its bootstrap interval costs ~10 ms and a report reads it a dozen times.
+    """
+
+    model: str
+    dtype: str
+    threads: int
+    device: DeviceInfo
+    variants: Mapping[Variant, VariantMeasurement]
+    interleaved: bool
+    #: SME2-on outputs against SME2-off outputs (same program, same inputs), when both ran
+    parity: Numerics | None = None
+    #: the reference workload's timing-only latencies from the same rounds (machine speed)
+    reference_ms: tuple[float, ...] = ()
+    #: the classifier's category overrides the profiles were made with (normalised keys)
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    comparison: Comparison | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        on, off = self.variants.get(Variant.ON), self.variants.get(Variant.OFF)
+        comparison = (
+            compare(
+                on.profile,
+                off.profile,
+                on_latencies_ms=on.latencies_ms,
+                off_latencies_ms=off.latencies_ms,
+                interleaved=self.interleaved,
+            )
+            if on is not None and off is not None
+            else None
+        )
+        object.__setattr__(self, "comparison", comparison)
+
+    @property
+    def headline(self) -> Variant:
+        """The variant a single number describes and share limits apply to: SME2-on where
+        measured (the shipped configuration), else SME2-off."""
+        return Variant.ON if Variant.ON in self.variants else Variant.OFF
+
+    @property
+    def instruction_ratio(self) -> float | None:
+        """Guest instructions per inference, SME2-off ÷ SME2-on, where the device counts them.
+
+        Where time is not meaningful (emulation) this is the measure of what SME2 saves.
+        """
+        on, off = self.variants.get(Variant.ON), self.variants.get(Variant.OFF)
+        counts = [vm.evidence.instructions if vm and vm.evidence else None for vm in (on, off)]
+        if None in counts or not counts[0]:
+            return None
+        return counts[1] / counts[0]
+
+    def to_json(self, base: Path) -> dict[str, Any]:
+        """The record as plain JSON, its file paths relative to ``base`` (the test's directory:
+        the saved record stays valid when the directory is copied elsewhere)."""
+        return {
+            "model": self.model,
+            "dtype": self.dtype,
+            "threads": self.threads,
+            "device": _device_json(self.device),
+            "variants": [vm.to_json(base) for vm in self.variants.values()],
+            "interleaved": self.interleaved,
+            "parity": None if self.parity is None else asdict(self.parity),
+            "reference_ms": list(self.reference_ms),
+            "overrides": dict(self.overrides),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], base: Path) -> Measurement:
+        device = data["device"]
+        variants = (VariantMeasurement.from_json(v, base) for v in data["variants"])
+        return cls(
+            model=data["model"],
+            dtype=data["dtype"],
+            threads=data["threads"],
+            device=DeviceInfo(**{**device, "variants": tuple(map(Variant, device["variants"]))}),
+            variants={vm.variant: vm for vm in variants},
+            interleaved=data["interleaved"],
+            parity=None if data["parity"] is None else Numerics(**data["parity"]),
+            reference_ms=tuple(data["reference_ms"]),
+            overrides=dict(data["overrides"]),
+        )
+
+
+def _device_json(device: DeviceInfo) -> dict[str, Any]:
+    return {
+        "name": device.name,
+        "fingerprint": dict(device.fingerprint),
+        "has_sme2": device.has_sme2,
+        "variants": [str(v) for v in device.variants],
+        "time_meaningful": device.time_meaningful,
+        "limits": dict(device.limits),
+        "machine_class": dict(device.machine_class),
+    }
+
+
+def _evidence_json(evidence: Sme2Evidence) -> dict[str, Any]:
+    return {
+        "instructions": evidence.instructions,
+        "sme_instructions": evidence.sme_instructions,
+        "sme2_kernels": list(evidence.sme2_kernels),
+        "sme_kernels": list(evidence.sme_kernels),
+        "source": evidence.source,
+    }
+
+
+def _relative(path: Path, base: Path) -> str:
+    return os.path.relpath(path, base)
+
+
+def _resolve(relative: str, base: Path) -> Path:
+    return Path(os.path.normpath(base / relative))
