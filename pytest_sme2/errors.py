@@ -38,5 +38,10 @@ class RunnerError(Sme2Error):
     """The native runner could not be built, or a run failed (load, execute, I/O)."""
 
 
+class DeviceLost(RunnerError):
+    """The device stopped being reachable (unplugged, adbd gone): the rest of its cases cannot
+    run, while the other devices of the fleet go on."""
+
+
 class ConfigError(Sme2Error):
     """A bad option, ini value, marker argument or model registration."""

@@ -21,7 +21,7 @@ from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
 from pytest_sme2.devices.base import Device, DeviceInfo, Variant
-from pytest_sme2.errors import ConfigError, RunnerError, TraceError
+from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
 from pytest_sme2.result import Measurement, VariantMeasurement
@@ -173,7 +173,8 @@ def _naming(info: DeviceInfo, variant: Variant, what: str = "") -> Iterator[None
         yield
     except (RunnerError, TraceError) as err:
         where = f"{info.name} ({variant}{', ' + what if what else ''})"
-        raise RunnerError(f"{where}: {err}") from err
+        kind = DeviceLost if isinstance(err, DeviceLost) else RunnerError
+        raise kind(f"{where}: {err}") from err
 
 
 def _check_outputs(outputs: Path, expected: Sequence[np.ndarray]) -> None:

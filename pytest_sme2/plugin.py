@@ -22,13 +22,14 @@ from pytest_sme2.keys import (
     SETTINGS_KEY,
     VERDICTS_KEY,
 )
-from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, OPTIONS
+from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis import Comparison
     from pytest_sme2.baseline import Baseline
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
+    from pytest_sme2.fleet import Fleet
     from pytest_sme2.gates import Verdict
     from pytest_sme2.measure import MachineSpeed
     from pytest_sme2.models import ModelSpec
@@ -82,8 +83,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
     )
+    parser.addini(FLEET_INI, "comma-separated device specs: a fleet (as --sme2-device)", default="")
     for device in DEVICE_CLASSES.values():
         device.add_options(group.addoption)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns "-n N" into "--dist load"
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With ``-n N`` and no ``--dist``, distribute by device group (``--dist loadgroup``) when the
+    fleet has a device whose time is real: its cases must never run two at once."""
+    from pytest_sme2.devices.registry import device_class
+    from pytest_sme2.devices.spec import parse_device_specs
+    from pytest_sme2.errors import ConfigError
+
+    if not getattr(config.option, "numprocesses", None) or config.option.dist != "no":
+        return
+    given = config.getoption("sme2_device") or config.getini(FLEET_INI)
+    try:
+        specs = parse_device_specs(given or config.getini("sme2_device"))
+    except ConfigError:
+        return  # said once, when the tests are collected
+    if any(not device_class(spec.kind).emulates_cpu for spec in specs):
+        config.option.dist = "loadgroup"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -118,16 +139,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize every test that asks for ``sme2_case`` over model × dtype (× threads)."""
     if "sme2_case" not in metafunc.fixturenames:
         return
-    from pytest_sme2.devices.registry import device_class
     from pytest_sme2.models import registered_models
 
     settings = _settings(metafunc.config)
-    cases = _or_fail(
-        lambda: settings.cases(
-            registered_models(), emulated=device_class(settings.device).emulates_cpu
-        )
-    )
+    cases = _or_fail(lambda: settings.cases(registered_models()))
     metafunc.parametrize("sme2_case", cases, ids=[case.id for case in cases])
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One worker owns one real device: its cases form one xdist group (``--dist loadgroup``),
+    so no two of them ever run at once; an emulated device's cases may spread."""
+    from pytest_sme2.devices.registry import device_class
+
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        case = callspec.params.get("sme2_case") if callspec is not None else None
+        if case is not None and not device_class(case.device.kind).emulates_cpu:
+            item.add_marker(pytest.mark.xdist_group(case.device.id))
 
 
 def _expectations(node: pytest.Item) -> Any:
@@ -157,18 +186,17 @@ def sme2_settings(pytestconfig: pytest.Config) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def sme2_device(sme2_settings: Settings, pytestconfig: pytest.Config) -> Device:
-    """The prepared device (runner built/provisioned once per session)."""
-    from pytest_sme2.devices.registry import device_class
+def sme2_fleet(pytestconfig: pytest.Config) -> Fleet:
+    """The session's devices, prepared on first use (runner built/provisioned once each)."""
+    from pytest_sme2.fleet import Fleet
 
-    def prepared() -> Device:
-        device = device_class(sme2_settings.device).from_options(
-            lambda name: pytestconfig.getoption(name, None)
-        )
-        device.prepare()
-        return device
+    return Fleet(lambda name: pytestconfig.getoption(name, None))
 
-    return _or_fail(prepared)
+
+@pytest.fixture
+def sme2_device(sme2_case: Case, sme2_fleet: Fleet) -> Device:
+    """The current case's device, prepared; one line naming it if it cannot be, or was lost."""
+    return _or_fail(lambda: sme2_fleet.device(sme2_case.device))
 
 
 @pytest.fixture(scope="session")
@@ -236,17 +264,15 @@ def sme2_artifacts_dir(
     """Where this test's traces, logs and outputs go (``--sme2-artifacts``, else pytest's
     basetemp)."""
     root = sme2_settings.artifacts or tmp_path_factory.getbasetemp() / "sme2-artifacts"
-    path = root / sme2_settings.device / sme2_case.id
+    path = root / sme2_case.device.directory / sme2_case.id
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-@pytest.fixture(scope="session")
-def sme2_machine_speed() -> MachineSpeed:
-    """The machine's undisturbed speed, as the reference workload has shown it this session."""
-    from pytest_sme2.measure import MachineSpeed
-
-    return MachineSpeed()
+@pytest.fixture
+def sme2_machine_speed(sme2_case: Case, sme2_fleet: Fleet) -> MachineSpeed:
+    """The device's undisturbed speed, as the reference workload has shown it this session."""
+    return sme2_fleet.speed(sme2_case.device)
 
 
 @pytest.fixture
@@ -260,6 +286,7 @@ def sme2_measure(
     sme2_reference: tuple[Path, Path],
     sme2_machine_speed: MachineSpeed,
     sme2_baseline: Baseline | None,
+    sme2_fleet: Fleet,
 ) -> Callable[[str], Measurement]:
     """``sme2_measure(label)``: measure the current case afresh, its files under ``label``.
 
@@ -269,9 +296,9 @@ def sme2_measure(
 
     deadline = case_deadline(sme2_baseline, sme2_device.info(), sme2_settings.plan.timeout_s)
 
-    def measure_case(label: str) -> Measurement:
-        result = _or_fail(
-            lambda: measure(
+    def measured(label: str) -> Measurement:
+        with sme2_fleet.using(sme2_case.device):  # a lost device fails its remaining cases
+            return measure(
                 sme2_device,
                 model=sme2_case.model.name,
                 dtype=sme2_case.dtype,
@@ -285,7 +312,9 @@ def sme2_measure(
                 deadline=deadline,
                 expected_outputs=sme2_artifact.expected_outputs,
             )
-        )
+
+    def measure_case(label: str) -> Measurement:
+        result = _or_fail(lambda: measured(label))
         request.node.stash[MEASUREMENT_KEY] = result
         request.node.stash[ARTIFACTS_DIR_KEY] = sme2_artifacts_dir
         sme2_machine_speed.observe(result)
@@ -323,7 +352,7 @@ def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
 
     return baseline_path(
         sme2_settings.baseline_dir,
-        sme2_settings.device,
+        sme2_case.device.directory,
         sme2_case.model.name,
         sme2_case.dtype,
         sme2_case.threads,

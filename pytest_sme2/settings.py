@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sme2.baseline import Tolerances
 from pytest_sme2.categories import Classifier
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.models import DTYPES, ModelSpec
+
+if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
+    from pytest_sme2.devices.spec import DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,12 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("device", "host", "where models run: host (default), or a device named in the docs"),
+    Option(
+        "device",
+        "host",
+        "where models run: a device spec KIND[:KEY=VALUE…] (host, qemu-sme2:vl=64, mac, "
+        "android:serial=R5CX1234), or a comma-separated fleet of them (ini: sme2_devices too)",
+    ),
     Option("runs", "20", "timing-only runs per variant (split over --sme2-rounds)", "int"),
     Option("warmup", "2", "warm-up runs discarded before each measured batch", "int"),
     Option("rounds", "10", "interleaved SME2-on/off rounds the timing runs are split into", "int"),
@@ -71,26 +79,33 @@ OPTIONS: tuple[Option, ...] = (
 
 #: ini-only (a list does not fit a flag): "Operator = Category" lines overriding the classifier.
 CATEGORY_OVERRIDES_INI = "sme2_category_overrides"
+#: The ini key of a fleet (``sme2_devices = android:serial=A, mac``), read where no
+#: ``--sme2-device`` is given, before ``sme2_device``.
+FLEET_INI = "sme2_devices"
 
 
 @dataclass(frozen=True)
 class Case:
-    """One parametrized test: a model × dtype × thread count."""
+    """One parametrized test: a model × dtype × thread count on one device of the fleet."""
 
     model: ModelSpec
     dtype: str
     threads: int
     show_threads: bool
+    device: DeviceSpec
+    #: a fleet's test ids carry the device (``qemu-sme2:vl=32-toy_cnn-fp32``); one device's do not
+    show_device: bool
 
     @property
     def id(self) -> str:
         suffix = f"-t{self.threads}" if self.show_threads else ""
-        return f"{self.model.name}-{self.dtype}{suffix}"
+        prefix = f"{self.device.id}-" if self.show_device else ""
+        return f"{prefix}{self.model.name}-{self.dtype}{suffix}"
 
 
 @dataclass(frozen=True)
 class Settings:
-    device: str
+    devices: tuple[DeviceSpec, ...]
     plan: MeasurePlan
     threads: tuple[int, ...]
     models: tuple[str, ...]
@@ -102,9 +117,12 @@ class Settings:
     tolerances: Tolerances
     classifier: Classifier
 
-    def cases(self, registered: Sequence[ModelSpec], *, emulated: bool = False) -> list[Case]:
-        """Every selected model × dtype × thread count, in registration order; with
-        ``emulated``, each model as an emulated device runs it (its emulation params)."""
+    def cases(self, registered: Sequence[ModelSpec]) -> list[Case]:
+        """Every device × selected model × dtype × thread count, device by device and models in
+        registration order; on an emulating device, each model as it runs there (its emulation
+        params)."""
+        from pytest_sme2.devices.registry import device_class
+
         known = {spec.name for spec in registered}
         unknown = [name for name in self.models if name not in known]
         if unknown:
@@ -113,11 +131,15 @@ class Settings:
             )
         chosen = [s for s in registered if not self.models or s.name in self.models]
         many = len(self.threads) > 1
-        if emulated:
-            chosen = [spec.for_emulation() for spec in chosen]
+        fleet = len(self.devices) > 1
         return [
-            Case(spec, dtype, threads, many)
-            for spec in chosen
+            Case(spec, dtype, threads, many, device, fleet)
+            for device in self.devices
+            for spec in (
+                [s.for_emulation() for s in chosen]
+                if device_class(device.kind).emulates_cpu
+                else chosen
+            )
             for dtype in spec.dtypes
             if not self.dtypes or dtype in self.dtypes
             for threads in self.threads
@@ -139,6 +161,8 @@ def resolve(
     get_option: Callable[[str], Any], get_ini: Callable[[str], Any], rootdir: Path
 ) -> Settings:
     """Settings from command-line values (None when not given) falling back to ini values."""
+    from pytest_sme2.devices.spec import parse_device_specs
+
     values: dict[str, Any] = {}
     for option in OPTIONS:
         raw = get_option(option.dest)
@@ -163,8 +187,9 @@ def resolve(
     if unknown:
         raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
     artifacts = values["sme2_artifacts"]
+    fleet = get_option("sme2_device") or get_ini(FLEET_INI) or values["sme2_device"]
     return Settings(
-        device=values["sme2_device"],
+        devices=parse_device_specs(fleet),
         plan=MeasurePlan(
             runs=values["sme2_runs"],
             warmup=values["sme2_warmup"],

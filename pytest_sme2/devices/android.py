@@ -36,7 +36,7 @@ from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evide
 from pytest_sme2.devices.host import isa_features, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
 from pytest_sme2.devices.provision import SHIM_SOURCE
-from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError
 from pytest_sme2.runner.invoke import (
     DEFAULT_TIMEOUT_S,
     ETDUMP_NAME,
@@ -452,7 +452,7 @@ class AndroidDevice(Device):
     def _raise_if_lost(self, said: str) -> None:
         """RunnerError if the device is no longer attached (the USB cable, adbd restarting)."""
         if _DEVICE_LOST.search(said) or self.serial not in self._attached():
-            raise RunnerError(
+            raise DeviceLost(
                 f"lost the connection to android device {self.serial} (adb: {said}); "
                 f"`{self.adb} devices` no longer lists it as ready"
             )

@@ -51,9 +51,10 @@ class ReportPlugin:
         """The settings that shaped this measurement, for manifest.json."""
         config: dict[str, Any] = {"nodeid": item.nodeid}
         settings = self.config.stash.get(SETTINGS_KEY, None)
-        if settings is not None:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("sme2_case")
+        if settings is not None and case is not None:
             config |= {
-                "device": settings.device,
+                "device": case.device.id,
                 **asdict(settings.plan),
                 "threads": threads,
                 "tolerances": asdict(settings.tolerances),
