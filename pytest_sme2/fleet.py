@@ -32,6 +32,7 @@ class Fleet:
             raise DeviceLost(f"{spec.id} was lost earlier in this session: {self._lost[spec]}")
         if spec not in self._devices:
             device = device_class(spec.kind).from_options(spec.getter(self._flags))
+            device.spec_id = spec.id
             with self.using(spec):
                 device.prepare()
             self._devices[spec] = device

@@ -88,15 +88,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         device.add_options(group.addoption)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist turns "-n N" into "--dist load"
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the mode (controller) or the groups (worker)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """With ``-n N`` and no ``--dist``, distribute by device group (``--dist loadgroup``) when the
-    fleet has a device whose time is real: its cases must never run two at once."""
+    fleet has a device whose time is real: its cases must never run two at once.
+
+    xdist's workers parse the same arguments, with ``-n`` reset: each takes the same decision
+    from them, so that its node ids carry the groups the controller schedules by.
+    """
     from pytest_sme2.devices.registry import device_class
     from pytest_sme2.devices.spec import parse_device_specs
     from pytest_sme2.errors import ConfigError
 
-    if not getattr(config.option, "numprocesses", None) or config.option.dist != "no":
+    worker = hasattr(config, "workerinput")
+    chosen = any(arg.split("=")[0] == "--dist" for arg in config.invocation_params.args)
+    if chosen or not (worker or getattr(config.option, "numprocesses", None)):
         return
     given = config.getoption("sme2_device") or config.getini(FLEET_INI)
     try:
@@ -104,7 +110,10 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     except ConfigError:
         return  # said once, when the tests are collected
     if any(not device_class(spec.kind).emulates_cpu for spec in specs):
-        config.option.dist = "loadgroup"
+        if worker:
+            config.option.loadgroup = True
+        else:
+            config.option.dist = "loadgroup"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -264,7 +273,7 @@ def sme2_artifacts_dir(
     """Where this test's traces, logs and outputs go (``--sme2-artifacts``, else pytest's
     basetemp)."""
     root = sme2_settings.artifacts or tmp_path_factory.getbasetemp() / "sme2-artifacts"
-    path = root / sme2_case.device.directory / sme2_case.id
+    path = root / sme2_case.device.directory / sme2_case.stem
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -98,9 +98,14 @@ class Case:
 
     @property
     def id(self) -> str:
+        """The test id's parameter part."""
+        return f"{self.device.id}-{self.stem}" if self.show_device else self.stem
+
+    @property
+    def stem(self) -> str:
+        """Model, dtype and thread count: the case's folder in its device's folder."""
         suffix = f"-t{self.threads}" if self.show_threads else ""
-        prefix = f"{self.device.id}-" if self.show_device else ""
-        return f"{prefix}{self.model.name}-{self.dtype}{suffix}"
+        return f"{self.model.name}-{self.dtype}{suffix}"
 
 
 @dataclass(frozen=True)

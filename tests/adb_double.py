@@ -36,6 +36,10 @@ import sys
 import time
 from pathlib import Path
 
+from filelock import FileLock
+
+from pytest_sme2.cache import write_atomic
+
 _DEVICE_PATH = re.compile(r"(?<![\w/.])(/(?:data|proc|system|sdcard)(?=/|\b))")
 _AARCH64 = 183  # e_machine
 
@@ -74,7 +78,7 @@ def configure(root: Path, **changes: object) -> None:
     path = root / ".double/config.json"
     config = json.loads(path.read_text()) if path.is_file() else {}
     config.update(changes)
-    path.write_text(json.dumps(config))
+    write_atomic(path, json.dumps(config))  # read by every call, maybe at this very moment
 
 
 class Double:
@@ -87,8 +91,10 @@ class Double:
     # -- device state ----------------------------------------------------------------------
 
     def count_call(self) -> int:
-        calls = int((self.state / "calls").read_text()) + 1
-        (self.state / "calls").write_text(str(calls))
+        """This call's number; under a lock, since two sessions' workers may call at once."""
+        with FileLock(str(self.state / "calls.lock")):
+            calls = int((self.state / "calls").read_text()) + 1
+            (self.state / "calls").write_text(str(calls))
         return calls
 
     def gone(self, calls: int) -> bool:

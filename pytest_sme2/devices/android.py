@@ -601,7 +601,7 @@ class AndroidDevice(Device):
                 "build the getauxval shim"
             )
         return DeviceInfo(
-            name=self.name,
+            name=self.label,
             fingerprint=fingerprint,
             machine_class=machine_class,
             has_sme2=facts.has_sme2,

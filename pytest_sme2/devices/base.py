@@ -122,6 +122,16 @@ class Device(ABC):
     #: dests (``{"vl": "sme2_qemu_vl"}``); see :mod:`pytest_sme2.devices.spec`.
     spec_keys: ClassVar[Mapping[str, str]] = {}
 
+    #: The device's spec in a fleet (``qemu-sme2:vl=32``), set by :class:`pytest_sme2.fleet.Fleet`:
+    #: two devices of one kind must not share a name in reports and failure sentences.
+    spec_id: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The device's name for people and baselines (``DeviceInfo.name``): its spec, else its
+        kind."""
+        return self.spec_id or self.name
+
     @classmethod  # noqa: B027  (optional hook: a no-op default on purpose)
     def add_options(cls, add: Callable[..., None]) -> None:
         """Register device-specific ``--sme2-*`` options: ``add(flag, help=..., ...)``.

@@ -137,7 +137,7 @@ class HostDevice(Device):
             limits = {"speedup": reason, "sme2": reason}
             variants = (Variant.OFF,)
         return DeviceInfo(
-            name=self.name,
+            name=self.label,
             fingerprint=fingerprint,
             has_sme2=has_sme2,
             variants=variants,

@@ -180,7 +180,7 @@ class MacDevice(Device):
             reason = f"{facts.label} has no SME2 (sysctl hw.optional.arm.FEAT_SME2 is not 1)"
             limits = {"speedup": reason, "sme2": reason}
         return DeviceInfo(
-            name=self.name,
+            name=self.label,
             fingerprint=fingerprint,
             machine_class=machine_class,
             has_sme2=facts.has_sme2,

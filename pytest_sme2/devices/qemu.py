@@ -135,7 +135,7 @@ class QemuSme2Device(Device):
             "runner": binary.parent.name,
         }
         return DeviceInfo(
-            name=self.name,
+            name=self.label,
             fingerprint=fingerprint,
             machine_class=machine_class,
             has_sme2=True,

@@ -94,8 +94,9 @@ def model_stem(m: Measurement) -> str:
 
 
 def experiment(m: Measurement, variant: Variant) -> str:
-    """The kit's experiment name: ``<device>_sme2_on`` / ``<device>_sme2_off``."""
-    return f"{m.device.name}_{variant.value.replace('-', '_')}"
+    """The kit's experiment name: ``<device>_sme2_on`` / ``<device>_sme2_off`` (a fleet's
+    ``qemu-sme2:vl=32`` as ``qemu-sme2@vl=32``: file names are made of it)."""
+    return f"{m.device.name.replace(':', '@')}_{variant.value.replace('-', '_')}"
 
 
 def file_prefix(m: Measurement, variant: Variant) -> str:

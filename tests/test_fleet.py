@@ -1,0 +1,197 @@
+"""Fleets: one session over several devices (``--sme2-device=SPEC,SPEC``), every case on every
+device. Two qemu-sme2 vector lengths are two real emulated devices; two phones are two adb
+doubles that run the host runner for real, one of which is unplugged mid-session."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_sme2.baseline import load
+from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.report.rundir import load_test_dir
+from pytest_sme2.runner.build import build_runner
+from tests.adb_double import install
+from tests.inner import INNER_TEST, inner_conftest
+from tests.test_device_android import _FEATURES, NO_SME2_PHONE, cpuinfo
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
+CACHE = cache_root()
+
+
+def test_a_qemu_fleet_of_two_vector_lengths_runs_each_case_once_per_device(
+    tmp_path: Path,
+) -> None:
+    """The issue's command, against the committed baselines of both devices."""
+    junit, artifacts = tmp_path / "junit.xml", tmp_path / "artifacts"
+    fleet = "qemu-sme2:vl=32,qemu-sme2:vl=64"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/test_suite.py",
+            f"--sme2-device={fleet}",
+            "--sme2-models=toy_cnn",
+            "--sme2-dtypes=fp32",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            f"--sme2-artifacts={artifacts}",
+            f"--junitxml={junit}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    names = sorted(case.get("name") for case in ET.parse(junit).iter("testcase"))
+    assert names == [
+        "test_model[qemu-sme2:vl=32-toy_cnn-fp32]",
+        "test_model[qemu-sme2:vl=64-toy_cnn-fp32]",
+    ]
+    counts = {}
+    for spec in fleet.split(","):
+        folder = spec.replace(":", "@")
+        assert load(REPO / "baselines" / folder / "toy_cnn-fp32.json") is not None
+        m, _ = load_test_dir(artifacts / folder / "toy_cnn-fp32" / "manifest.json")
+        assert m.device.name == spec
+        counts[spec] = m.variants[Variant.ON].evidence.instructions
+    # SME2 kernels step through the matrix by the vector length: half of it, more instructions
+    assert counts["qemu-sme2:vl=32"] > counts["qemu-sme2:vl=64"], counts
+
+
+TIMELINE_CONFTEST = """
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.adb_double import configure
+
+
+@pytest.fixture(autouse=True)
+def timeline(sme2_case):
+    started = time.time()
+    yield
+    ended = time.time()
+    with open(os.environ["FLEET_TIMELINE"], "a") as handle:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        handle.write(json.dumps([sme2_case.device.id, worker, started, ended]) + "\\n")
+    unplug = os.environ.get("FLEET_UNPLUG")  # "<device spec> <its root>", after its first case
+    if unplug and sme2_case.device.id == unplug.split()[0] and sme2_case.model.name == "one":
+        configure(Path(unplug.split()[1]), gone=True)
+"""
+
+
+@pytest.fixture
+def two_phones(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], list[Path]]:
+    """Two phones without SME2 (adb doubles) behind one ``adb``, as one adb server shows two
+    phones: ``-s SERIAL`` goes to that phone, ``adb devices`` lists both. Returns their specs."""
+    roots = {serial: tmp_path / serial for serial in ("PHONEA1", "PHONEB2")}
+    adbs = {
+        serial: install(
+            root, serial=serial, cpuinfo=cpuinfo(8, _FEATURES), properties=NO_SME2_PHONE
+        )
+        for serial, root in roots.items()
+    }
+    server = tmp_path / "adb"
+    server.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = devices ]; then\n'
+        "  echo 'List of devices attached'\n"
+        + "".join(f"  {adb} devices | grep -v '^List'\n" for adb in adbs.values())
+        + "  exit 0\nfi\n"
+        + 'case "$2" in\n'
+        + "".join(f'  {serial}) exec {adb} "$@";;\n' for serial, adb in adbs.items())
+        + "esac\n"
+        + "echo \"adb: device '$2' not found\" >&2; exit 1\n"
+    )
+    server.chmod(0o755)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("FLEET_TIMELINE", str(tmp_path / "timeline.jsonl"))
+    pytester.makeconftest(inner_conftest("one", "two", "three") + TIMELINE_CONFTEST)
+    pytester.makepyfile(test_fleet=INNER_TEST)
+    pytester.makeini(f"[pytest]\naddopts = --sme2-adb={server}\n")
+    return [f"android:serial={serial}" for serial in roots], list(roots.values())
+
+
+def _run(pytester: pytest.Pytester, specs: list[str], *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        f"--sme2-device={','.join(specs)}",
+        f"--sme2-runner-on={build_runner('host')}",
+        "--sme2-update-baselines",
+        f"--sme2-baseline-dir={pytester.path / 'baselines'}",
+        *args,
+        timeout=900,
+    )
+
+
+def _timeline(tmp_path: Path) -> list[tuple[str, str, float, float]]:
+    lines = (tmp_path / "timeline.jsonl").read_text().splitlines()
+    return [tuple(json.loads(line)) for line in lines]
+
+
+def test_a_phone_lost_mid_session_fails_its_remaining_cases_and_the_other_goes_on(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    two_phones: tuple[list[str], list[Path]],
+) -> None:
+    specs, roots = two_phones
+    monkeypatch.setenv("FLEET_UNPLUG", f"{specs[1]} {roots[1]}")
+    junit = tmp_path / "junit.xml"
+    result = _run(pytester, specs, f"--junitxml={junit}")
+    result.assert_outcomes(passed=4, errors=2)
+    outcome = {}
+    for case in ET.parse(junit).iter("testcase"):
+        error = case.find("error")
+        outcome[case.get("name")] = error.get("message") if error is not None else "passed"
+    for model in ("one", "two", "three"):
+        assert outcome[f"test_model[{specs[0]}-{model}-fp32]"] == "passed"
+    assert outcome[f"test_model[{specs[1]}-one-fp32]"] == "passed"
+    lost = outcome[f"test_model[{specs[1]}-two-fp32]"]
+    assert "\n" not in lost.strip()
+    assert f'"Failed: {specs[1]} (sme2-off): lost the connection to android device PHONEB2' in lost
+    after = outcome[f"test_model[{specs[1]}-three-fp32]"]
+    assert f'"Failed: {specs[1]} was lost earlier in this session: {specs[1]} (sme2-off): ' in after
+    assert len(_timeline(tmp_path)) == 6
+
+
+def test_with_two_workers_one_worker_owns_each_phone_and_its_cases_never_overlap(
+    pytester: pytest.Pytester, tmp_path: Path, two_phones: tuple[list[str], list[Path]]
+) -> None:
+    specs, _ = two_phones
+    _run(pytester, specs, "-n", "2").assert_outcomes(passed=6)
+    timeline = _timeline(tmp_path)
+    assert len(timeline) == 6
+    for spec in specs:
+        runs = sorted(
+            (start, end, worker) for device, worker, start, end in timeline if device == spec
+        )
+        assert len(runs) == 3 and len({worker for _, _, worker in runs}) == 1, runs
+        for (_, end, _), (start, _, _) in itertools.pairwise(runs):
+            assert end <= start, runs  # one case of a phone at a time
+    # and the fleet did use both workers: one phone each
+    assert len({worker for _, worker, _, _ in timeline}) == 2
