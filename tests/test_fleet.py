@@ -51,6 +51,8 @@ def test_a_qemu_fleet_of_two_vector_lengths_runs_each_case_once_per_device(
             "no:cacheprovider",
             f"--sme2-artifacts={artifacts}",
             f"--junitxml={junit}",
+            f"--html={tmp_path / 'report.html'}",
+            "--self-contained-html",
         ],
         cwd=REPO,
         capture_output=True,
@@ -72,6 +74,15 @@ def test_a_qemu_fleet_of_two_vector_lengths_runs_each_case_once_per_device(
         counts[spec] = m.variants[Variant.ON].evidence.instructions
     # SME2 kernels step through the matrix by the vector length: half of it, more instructions
     assert counts["qemu-sme2:vl=32"] > counts["qemu-sme2:vl=64"], counts
+    # one report compares them: the session report.md and the HTML report, a row per device
+    report = (artifacts / "report.md").read_text()
+    across = report.split("## Across devices", 1)[1].split("\n\n#", 1)[0]
+    for spec in counts:
+        (row,) = [line for line in across.splitlines() if f"| {spec} " in line]
+        assert "instruction ratio" in row and "M instr" in row, row
+    page = (tmp_path / "report.html").read_text()
+    fleet = page.split("SME2 across devices", 1)[1].split("</table>", 1)[0]
+    assert all(spec in fleet for spec in counts) and "instruction ratio" in fleet
 
 
 TIMELINE_CONFTEST = """

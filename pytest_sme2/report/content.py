@@ -604,6 +604,31 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
     }
 
 
+def fleet_table(measurements: Sequence[Measurement]) -> Table | None:
+    """The kit's cross-device comparison: per case and device, E2E SME2-off and on, the speedup
+    (or instruction ratio) and each category's share of the headline variant, the devices of a
+    case side by side; None unless the session measured on more than one device."""
+    if len({m.device.name for m in measurements}) < 2:
+        return None
+    rows = []
+    for m in sorted(measurements, key=lambda m: (m.model, m.dtype, m.threads, m.device.name)):
+        row = summary_row(m, ())
+        shares = m.variants[m.headline].profile.shares
+        rows.append(
+            (
+                row["model"],
+                row["dtype"],
+                row["device"],
+                row["E2E off ms"],
+                row["E2E on ms"],
+                row["speedup"],
+                *(pct(shares[category]) for category in CATEGORIES),
+            )
+        )
+    headers = ("model", "dtype", "device", "E2E off", "E2E on", "speedup", *CATEGORIES)
+    return Table(headers, tuple(rows))
+
+
 def skipped_reasons(verdict_lists: Sequence[Sequence[Verdict]]) -> list[str]:
     """Distinct reasons of skipped gates over a session, sorted; a missing time record is
     counted by :func:`untimed_summary` instead of being listed once per case."""

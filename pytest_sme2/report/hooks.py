@@ -16,7 +16,7 @@ import os
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,6 +28,9 @@ from pytest_sme2.keys import (
     SETTINGS_KEY,
     VERDICTS_KEY,
 )
+
+if TYPE_CHECKING:
+    from pytest_sme2.report.markdown import SessionEntry
 
 SESSION_REPORT_NAME = "report.md"
 
@@ -165,23 +168,41 @@ class ReportPlugin:
 
         for line in untimed_summary(self.untimed, len(self.summary_rows)):
             prefix.append(f'<p class="sme2-untimed">pytest-sme2: {html.escape(line)}</p>')
+        if len(self.dirs) > 1:
+            from pytest_sme2.report.content import fleet_table
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Write the session report.md above the device folders (not on xdist workers)."""
-        if hasattr(self.config, "workerinput") or not self.dirs:
-            return
+            fleet = fleet_table([entry.measurement for entry in self._entries()])
+            if fleet is not None:
+                prefix.append(
+                    '<h2 class="sme2-fleet">SME2 across devices</h2>'
+                    "<p>Shares are of the headline variant (SME2-on where it ran).</p>"
+                    + fleet.html("sme2-table sme2-fleet")
+                )
+
+    def _entries(self) -> list[SessionEntry]:
+        """Every measured test of the session, from this process or reloaded from what an xdist
+        worker saved (the case record is lossless), by node id: workers finish in no fixed
+        order, and the reports must not depend on it."""
         from pytest_sme2.report.artifacts import MANIFEST_NAME, REPORT_NAME
-        from pytest_sme2.report.markdown import SessionEntry, session_report
+        from pytest_sme2.report.markdown import SessionEntry
         from pytest_sme2.report.rundir import load_test_dir
 
         entries = []
-        # by node id: xdist workers finish in no fixed order, and the report must not depend on it
         for nodeid, directory in sorted(self.dirs.items()):
             if nodeid in self.local:
                 m, verdicts = self.local[nodeid]
             else:
                 m, verdicts = load_test_dir(directory / MANIFEST_NAME)
             entries.append(SessionEntry(nodeid, m, tuple(verdicts), directory / REPORT_NAME))
+        return entries
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Write the session report.md above the device folders (not on xdist workers)."""
+        if hasattr(self.config, "workerinput") or not self.dirs:
+            return
+        from pytest_sme2.report.markdown import session_report
+
+        entries = self._entries()
         # Test dirs are <root>/<device>/<case> (the sme2_artifacts_dir fixture): report in root.
         root = next(iter(self.dirs.values())).parent.parent
         path = root / SESSION_REPORT_NAME

@@ -149,6 +149,12 @@ def session_report(entries: Sequence[SessionEntry], *, base: Path | None = None)
         f"{len(entries)} test(s), {failed} with failed gates.",
         table.markdown(),
     ]
+    fleet = c.fleet_table([e.measurement for e in entries])
+    if fleet is not None:
+        parts.append(
+            "## Across devices\n\nShares are of the headline variant (SME2-on where it ran).\n\n"
+            + fleet.markdown()
+        )
     skipped = c.skipped_reasons([e.verdicts for e in entries])
     if skipped:
         parts.append("Gates the device could not judge:\n\n" + _bullets(skipped))
