@@ -91,8 +91,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pytest_sme2.report.rundir import compare_etdumps
+    from pytest_sme2.report.rundir import compare_etdumps, compare_run_dirs
 
+    if args.off.is_dir() and args.on.is_dir():
+        sys.stdout.write(compare_run_dirs(args.off, args.on, warmup=args.warmup))
+        return 0
     sys.stdout.write(compare_etdumps(args.off, args.on, warmup=args.warmup, out=args.out))
     if args.out:
         print(f"sme2: wrote {args.out / 'report.md'} and the artifacts", file=sys.stderr)
@@ -140,11 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(handler=_report)
     compare = sub.add_parser(
         "compare",
-        help="report of an SME2-off against an SME2-on ETDump (speedup = OFF ÷ ON)",
-        description="Print the report.md of OFF (reference) against ON (candidate).",
+        help="an SME2-off against an SME2-on ETDump (speedup = OFF ÷ ON), or two run directories "
+        "of different devices side by side",
+        description="Print the report.md of OFF (reference) against ON (candidate); given two "
+        "run directories (e.g. two devices' --sme2-artifacts), print the across-devices table.",
     )
-    compare.add_argument("off", type=Path, help="ETDump of the reference (SME2-off) run")
-    compare.add_argument("on", type=Path, help="ETDump of the candidate (SME2-on) run")
+    compare.add_argument("off", type=Path, help="ETDump of the SME2-off run, or a run directory")
+    compare.add_argument("on", type=Path, help="ETDump of the SME2-on run, or a run directory")
     compare.add_argument("--out", type=Path, help="also write every artifact into this directory")
     compare.add_argument("--warmup", type=_non_negative, default=REPORT_WARMUP, help=warmup_help)
     compare.set_defaults(handler=_compare)

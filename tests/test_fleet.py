@@ -83,6 +83,25 @@ def test_a_qemu_fleet_of_two_vector_lengths_runs_each_case_once_per_device(
     page = (tmp_path / "report.html").read_text()
     fleet = page.split("SME2 across devices", 1)[1].split("</table>", 1)[0]
     assert all(spec in fleet for spec in counts) and "instruction ratio" in fleet
+    # and `sme2 compare` over two run directories, one per device
+    one, other = (artifacts / spec.replace(":", "@") for spec in counts)
+    compared = subprocess.run(
+        [sys.executable, "-m", "pytest_sme2.cli", "compare", str(one), str(other)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert compared.startswith("# SME2 across devices")
+    rows = [line for line in across.splitlines() if line.startswith("| toy_cnn")]
+    assert len(rows) == 2
+    assert [line for line in compared.splitlines() if line.startswith("| toy_cnn")] == rows
+    alone = subprocess.run(
+        [sys.executable, "-m", "pytest_sme2.cli", "compare", str(one), str(one)],
+        capture_output=True,
+        text=True,
+    )
+    assert alone.returncode == 2
+    assert "both hold runs of qemu-sme2:vl=32 only" in alone.stderr
 
 
 TIMELINE_CONFTEST = """

@@ -35,6 +35,7 @@ from pytest_sme2.report.artifacts import (
     write_artifacts,
 )
 from pytest_sme2.report.charts import render_charts
+from pytest_sme2.report.content import fleet_table
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.trace import read_etdump
@@ -205,6 +206,26 @@ def report_run_dir(run_dir: Path, out: Path, *, warmup: int) -> str:
     text = session_report(entries, base=out)
     (out / REPORT_NAME).write_text(text)
     return text
+
+
+def compare_run_dirs(first: Path, second: Path, *, warmup: int) -> str:
+    """The across-devices table of two run directories from different devices (say, a Mac's and
+    a phone's ``--sme2-artifacts``, or the kit's ETDumps of each): every case of either, side by
+    side by device."""
+    measurements = [
+        item.measurement for run in (first, second) for item in discover(run, warmup=warmup)
+    ]
+    table = fleet_table(measurements)
+    if table is None:
+        device = measurements[0].device.name
+        raise ConfigError(
+            f"{first} and {second}: both hold runs of {device} only; comparing run directories "
+            "compares devices (for SME2-off against SME2-on, give the two ETDumps)"
+        )
+    return (
+        f"# SME2 across devices\n\n{first} and {second}. Shares are of the headline variant "
+        f"(SME2-on where it ran).\n\n{table.markdown()}\n"
+    )
 
 
 def compare_etdumps(off: Path, on: Path, *, warmup: int, out: Path | None) -> str:
