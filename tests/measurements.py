@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pytest_sme2.analysis import INSTRUCTIONS, profile
-from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.export import export_model
+from pytest_sme2.measure import MeasurePlan, measure
+from pytest_sme2.models import get_model
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.trace import Event, Run, Trace
 
@@ -146,4 +150,23 @@ def counted_measurement(*, on_ops=ON_OPS, off_ops=OFF_OPS) -> Measurement:
             Variant.OFF: counted_variant(Variant.OFF, off_ops, OFF_EVIDENCE),
         },
         interleaved=True,
+    )
+
+
+def measure_toy_cnn(
+    device: Device, plan: MeasurePlan, workdir: Path, **options: Any
+) -> Measurement:
+    """toy_cnn fp32 really measured on ``device`` (``options``: deadline, expected outputs…)."""
+    import models  # noqa: F401  (registers toy_cnn)
+
+    artifact = export_model(get_model("toy_cnn"), "fp32")
+    return measure(
+        device,
+        model="toy_cnn",
+        dtype="fp32",
+        pte=artifact.pte,
+        inputs=artifact.inputs,
+        plan=plan,
+        workdir=workdir,
+        **options,
     )

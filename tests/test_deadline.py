@@ -22,11 +22,9 @@ from pytest_sme2.deadline import (
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import EMULATED_TIMEOUT_S
-from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan, measure
-from pytest_sme2.models import get_model
+from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.runner.invoke import DEFAULT_TIMEOUT_S, RunPlan, RunResult
-from tests.measurements import EMULATOR
+from tests.measurements import EMULATOR, measure_toy_cnn
 
 BASELINES = Path(__file__).parent.parent / "baselines"
 
@@ -53,22 +51,12 @@ def test_nothing_known_leaves_each_call_to_its_device_and_the_option_wins() -> N
 
 
 def test_a_native_case_gets_a_deadline_from_its_own_classes_latencies(tmp_path: Path) -> None:
-    artifact = export_model(get_model("toy_cnn"), "fp32")
     device = RecordingHost()
     device.prepare()
     plan = MeasurePlan(runs=6, warmup=1, rounds=3, traced_runs=2)
 
     def measured(deadline: Deadline | None, label: str):
-        return measure(
-            device,
-            model="toy_cnn",
-            dtype="fp32",
-            pte=artifact.pte,
-            inputs=artifact.inputs,
-            plan=plan,
-            workdir=tmp_path / label,
-            deadline=deadline,
-        )
+        return measure_toy_cnn(device, plan, tmp_path / label, deadline=deadline)
 
     first = measured(None, "first")
     assert {p.timeout_s for p in device.plans} == {None}  # no baseline yet: the device's default

@@ -28,13 +28,14 @@ from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.provision import QemuToolchain, provision_qemu
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export import Artifact, export_model
-from pytest_sme2.measure import MeasurePlan, measure
+from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.models import get_model
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, run_runner
 from pytest_sme2.tensors import read_tensors
 from pytest_sme2.trace import read_etdump
 from tests.adb_double import configure, install
+from tests.measurements import measure_toy_cnn
 from tests.processes import processes_mentioning
 
 SERIAL = "R5CX12345"
@@ -203,15 +204,7 @@ def test_measure_runs_end_to_end_through_adb(
     assert (pushed / "libexecutorch_backend_xnnpack.so").is_file()
 
     plan = MeasurePlan(runs=4, warmup=1, rounds=2, traced_runs=2)
-    measured = measure(
-        device,
-        model="toy_cnn",
-        dtype="fp32",
-        pte=toy.pte,
-        inputs=toy.inputs,
-        plan=plan,
-        workdir=tmp_path / "work",
-    )
+    measured = measure_toy_cnn(device, plan, tmp_path / "work")
     off = measured.variants[Variant.OFF]
     assert len(off.latencies_ms) == 4 and all(ms > 0 for ms in off.latencies_ms)
     assert len(read_etdump(off.etdump).runs) == 3  # 1 warm-up + 2 traced
@@ -341,15 +334,7 @@ def test_sme2_on_and_off_on_a_phone_with_sme2(
     assert "sme2" in info.fingerprint["cpu_features"].split()
     assert (root / "data/local/tmp/pytest-sme2/hide_sme.so").is_file()
     plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
-    measured = measure(
-        device,
-        model="toy_cnn",
-        dtype="fp32",
-        pte=toy.pte,
-        inputs=toy.inputs,
-        plan=plan,
-        workdir=tmp_path / "work",
-    )
+    measured = measure_toy_cnn(device, plan, tmp_path / "work")
     on, off = measured.variants[Variant.ON], measured.variants[Variant.OFF]
     assert any("PF32" in op for op in on.profile.packed_operators)
     assert not off.profile.packed_operators

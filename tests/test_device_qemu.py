@@ -26,10 +26,11 @@ from pytest_sme2.devices.qemu import (
 from pytest_sme2.devices.qemu_log import count_calls, count_instructions
 from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan, measure
+from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.models import get_model
 from pytest_sme2.runner.invoke import RunPlan
 from pytest_sme2.tensors import read_tensors
+from tests.measurements import measure_toy_cnn
 
 _WORK = """\
 long work(long n) {
@@ -168,17 +169,8 @@ def test_sme2_on_runs_sme2_kernels_and_fewer_instructions(
 def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
     qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
-    artifact = export_model(get_model("toy_cnn"), "fp32")
     plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
-    measured = measure(
-        qemu_device,
-        model="toy_cnn",
-        dtype="fp32",
-        pte=artifact.pte,
-        inputs=artifact.inputs,
-        plan=plan,
-        workdir=tmp_path,
-    )
+    measured = measure_toy_cnn(qemu_device, plan, tmp_path)
     on, off = measured.variants[Variant.ON], measured.variants[Variant.OFF]
     assert on.profile.packed_operators and not off.profile.packed_operators
     assert on.outputs is not None and off.outputs is not None

@@ -61,13 +61,9 @@ def test_an_interrupted_wait_kills_the_group_too() -> None:
     assert _alive(marker) == []
 
 
-def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_on(
-    pytester: pytest.Pytester,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    qemu_device,
-) -> None:
-    marker = "3600.5719"
+def hanging_qemu(tmp_path: Path, qemu_device, marker: str) -> Path:
+    """A user's qemu-aarch64 (``--sme2-qemu``) that never returns for the model named ``hangs``
+    (it sleeps ``marker`` seconds, a length nobody else uses) and runs the real one otherwise."""
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         "#!/bin/sh\n"
@@ -75,21 +71,36 @@ def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_
         f'exec {qemu_device._prepared()[0].qemu} "$@"\n'
     )
     wrapper.chmod(0o755)
+    return wrapper
+
+
+def _through(pytester: pytest.Pytester, qemu: Path, tmp_path: Path, *args: str) -> pytest.RunResult:
+    """An inner qemu-sme2 session through the user's ``qemu``, recording fresh baselines."""
+    return pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        f"--sme2-qemu={qemu}",
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        "--sme2-update-baselines",
+        *args,
+        timeout=1200,
+    )
+
+
+def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_on(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+) -> None:
+    marker = "3600.5719"
+    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(inner_conftest("fine", "hangs"))  # both exported in fine's set-up
     pytester.makepyfile(test_hang=INNER_TEST)
     junit = tmp_path / "junit.xml"
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        f"--sme2-qemu={wrapper}",
-        "--sme2-timeout=20",
-        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
-        "--sme2-update-baselines",
-        f"--junitxml={junit}",
-        timeout=900,
-    )
+    result = _through(pytester, wrapper, tmp_path, "--sme2-timeout=20", f"--junitxml={junit}")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.re_match_lines(
         [
@@ -180,17 +191,7 @@ def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
     pytester.makeconftest(inner_conftest("fine", *FAULTS))
     pytester.makepyfile(test_broken=INNER_TEST)
     junit = tmp_path / "junit.xml"
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        f"--sme2-qemu={wrapper}",
-        f"--sme2-models={','.join(('fine', *FAULTS))}",
-        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
-        "--sme2-update-baselines",
-        f"--junitxml={junit}",
-        timeout=1200,
-    )
+    result = _through(pytester, wrapper, tmp_path, f"--junitxml={junit}")
     result.assert_outcomes(passed=1, errors=len(FAULTS))
     errors = {
         case.get("name"): case.find("error").get("message")
@@ -219,13 +220,7 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
     session unwinds as after Ctrl-C. report.md lists the judged case, every baseline parses,
     and no process the session started is left."""
     marker = f"3600.572{workers}"
-    wrapper = tmp_path / "qemu-aarch64"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'case "$*" in *hangs_xnnpack*) exec sleep {marker};; esac\n'
-        f'exec {qemu_device._prepared()[0].qemu} "$@"\n'
-    )
-    wrapper.chmod(0o755)
+    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(inner_conftest("fine", "hangs"))  # judged, then cut in its run
     pytester.makepyfile(test_cut=INNER_TEST)

@@ -14,10 +14,10 @@ from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan, _parity, measure
+from pytest_sme2.measure import MeasurePlan, _parity
 from pytest_sme2.models import get_model
 from pytest_sme2.tensors import read_tensors, write_tensors
-from tests.measurements import OFF_OPS, ON_OPS, variant
+from tests.measurements import OFF_OPS, ON_OPS, measure_toy_cnn, variant
 
 
 def test_runs_are_split_evenly_over_rounds():
@@ -28,19 +28,9 @@ def test_runs_are_split_evenly_over_rounds():
 
 
 def test_host_measurement_of_a_real_model(tmp_path: Path):
-    artifact = export_model(get_model("toy_cnn"), "fp32")
     device = HostDevice()
     device.prepare()
-    plan = MeasurePlan(runs=6, warmup=1, rounds=3, traced_runs=2)
-    m = measure(
-        device,
-        model="toy_cnn",
-        dtype="fp32",
-        pte=artifact.pte,
-        inputs=artifact.inputs,
-        plan=plan,
-        workdir=tmp_path,
-    )
+    m = measure_toy_cnn(device, MeasurePlan(runs=6, warmup=1, rounds=3, traced_runs=2), tmp_path)
     assert list(m.variants) == [Variant.OFF]  # x86: no SME2
     off = m.variants[Variant.OFF]
     assert len(off.latencies_ms) == 6 and off.timing_warmup == 1
@@ -136,16 +126,7 @@ def test_outputs_that_do_not_fit_the_program_fail_naming_device_and_variant(tmp_
     plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
 
     def measured(expected: Path):
-        return measure(
-            device,
-            model="toy_cnn",
-            dtype="fp32",
-            pte=artifact.pte,
-            inputs=artifact.inputs,
-            plan=plan,
-            workdir=tmp_path / expected.stem,
-            expected_outputs=expected,
-        )
+        return measure_toy_cnn(device, plan, tmp_path / expected.stem, expected_outputs=expected)
 
     assert measured(artifact.expected_outputs).variants  # the real ones fit
     (real,) = read_tensors(artifact.expected_outputs)
