@@ -50,3 +50,10 @@ class Fleet:
     def speed(self, spec: DeviceSpec) -> MachineSpeed:
         """The device's undisturbed speed, as its reference workload has shown it so far."""
         return self._speeds.setdefault(spec, MachineSpeed())
+
+
+def xdist_group(spec: DeviceSpec) -> str | None:
+    """The xdist group of a device's cases: a real device's spec, so one worker owns it and no
+    two of its cases ever run at once (their timings would mean nothing); None for an emulated
+    device, whose cases may spread over the workers."""
+    return None if device_class(spec.kind).emulates_cpu else spec.id

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.tensors import read_tensors
 from pytest_sme2.trace import read_etdump
+
+if TYPE_CHECKING:
+    from pytest_sme2.baseline import Baseline
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,28 @@ class Settling:
         if self.settled:
             return f"machine at its undisturbed speed after {self.waited_s:.0f} s: {speed}"
         return f"machine still slow after {self.waited_s:.0f} s: {speed}"
+
+
+def settle_before_confirming(
+    device: Device,
+    reference: tuple[Path, Path],
+    speed: MachineSpeed,
+    baseline: Baseline | None,
+    workdir: Path,
+    *,
+    threads: int,
+) -> str:
+    """Before a time gate's failure is confirmed by a fresh measurement: wait, where the device's
+    time means something and its undisturbed speed is known (this session's, or the baseline's
+    record for its class), until it runs at that speed again (:func:`settle`). Returns how the
+    fresh measurement was taken, for the verdict."""
+    info = device.info()
+    record = baseline.record_for(info) if baseline is not None else None
+    expected = speed.undisturbed_ms(record.reference_fastest_ms if record is not None else None)
+    if expected is None or not info.time_meaningful:
+        return "in a fresh measurement"
+    settling = settle(device, reference, expected, workdir, threads=threads)
+    return f"in a fresh measurement ({settling.describe()})"
 
 
 def settle(

@@ -96,9 +96,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     xdist's workers parse the same arguments, with ``-n`` reset: each takes the same decision
     from them, so that its node ids carry the groups the controller schedules by.
     """
-    from pytest_sme2.devices.registry import device_class
     from pytest_sme2.devices.spec import parse_device_specs
     from pytest_sme2.errors import ConfigError
+    from pytest_sme2.fleet import xdist_group
 
     worker = hasattr(config, "workerinput")
     chosen = any(arg.split("=")[0] == "--dist" for arg in config.invocation_params.args)
@@ -109,7 +109,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         specs = parse_device_specs(given or config.getini("sme2_device"))
     except ConfigError:
         return  # said once, when the tests are collected
-    if any(not device_class(spec.kind).emulates_cpu for spec in specs):
+    if any(xdist_group(spec) for spec in specs):
         if worker:
             config.option.loadgroup = True
         else:
@@ -159,13 +159,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One worker owns one real device: its cases form one xdist group (``--dist loadgroup``),
     so no two of them ever run at once; an emulated device's cases may spread."""
-    from pytest_sme2.devices.registry import device_class
+    from pytest_sme2.fleet import xdist_group
 
     for item in items:
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("sme2_case") if callspec is not None else None
-        if case is not None and not device_class(case.device.kind).emulates_cpu:
-            item.add_marker(pytest.mark.xdist_group(case.device.id))
+        group = xdist_group(case.device) if case is not None else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _expectations(node: pytest.Item) -> Any:
@@ -400,24 +401,19 @@ def sme2_judge(
     from pytest_sme2.baseline import save
     from pytest_sme2.benchmark_interop import add_benchmarks
     from pytest_sme2.gates import decide
-    from pytest_sme2.measure import settle
+    from pytest_sme2.measure import settle_before_confirming
 
     def remeasure() -> tuple[Measurement, str]:
         """A fresh measurement, after the machine settled where that can be told."""
-        info = sme2_device.info()
-        record = sme2_baseline.record_for(info) if sme2_baseline is not None else None
-        stored_ms = record.reference_fastest_ms if record is not None else None
-        expected = sme2_machine_speed.undisturbed_ms(stored_ms)
-        if expected is None or not info.time_meaningful:
-            return sme2_measure("confirm"), "in a fresh measurement"
-        settling = settle(
+        how = settle_before_confirming(
             sme2_device,
             sme2_reference,
-            expected,
+            sme2_machine_speed,
+            sme2_baseline,
             sme2_artifacts_dir / "confirm",
             threads=sme2_case.threads,
         )
-        return sme2_measure("confirm"), f"in a fresh measurement ({settling.describe()})"
+        return sme2_measure("confirm"), how
 
     def judge_measurement(measurement: Measurement) -> tuple[Verdict, ...]:
         node = request.node
