@@ -4,6 +4,7 @@ ratio, the executed SME2 kernels), and equal the report of the same session run 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ pytest_plugins = ["pytester"]
 #: reuse the real export cache and the provisioned qemu toolchain.
 CACHE = cache_root()
 #: The committed qemu-sme2 baselines, read (never updated) by both sessions alike.
-BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+REPO = Path(__file__).resolve().parent.parent
+BASELINES = REPO / "baselines"
 
 SUITE = """
 import pytest
@@ -33,6 +35,8 @@ def test_the_xdist_session_report_on_qemu_equals_the_serial_one(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    # the inner sessions import the repository's example models (workers too)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
     pytester.makeconftest("import models  # noqa: F401  (registers toy_cnn)")
     pytester.makepyfile(test_suite=SUITE)
     args = (
