@@ -96,17 +96,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     xdist's workers parse the same arguments, with ``-n`` reset: each takes the same decision
     from them, so that its node ids carry the groups the controller schedules by.
     """
-    from pytest_sme2.devices.spec import parse_device_specs
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.fleet import xdist_group
+    from pytest_sme2.settings import fleet_specs
 
     worker = hasattr(config, "workerinput")
     chosen = any(arg.split("=")[0] == "--dist" for arg in config.invocation_params.args)
     if chosen or not (worker or getattr(config.option, "numprocesses", None)):
         return
-    given = config.getoption("sme2_device") or config.getini(FLEET_INI)
     try:
-        specs = parse_device_specs(given or config.getini("sme2_device"))
+        specs = fleet_specs(config.getoption, config.getini)
     except ConfigError:
         return  # said once, when the tests are collected
     if any(xdist_group(spec) for spec in specs):

@@ -162,12 +162,22 @@ def _number(option: Option, raw: Any, cast: Callable[[str], Any]) -> Any:
         raise ConfigError(f"{option.flag}={raw!r}: expected a {option.kind}") from None
 
 
+def fleet_specs(
+    get_option: Callable[[str], Any], get_ini: Callable[[str], Any]
+) -> tuple[DeviceSpec, ...]:
+    """The session's devices: ``--sme2-device``, else the ini key ``sme2_devices``, else
+    ``sme2_device`` (default ``host``)."""
+    from pytest_sme2.devices.spec import parse_device_specs
+
+    return parse_device_specs(
+        get_option("sme2_device") or get_ini(FLEET_INI) or get_ini("sme2_device")
+    )
+
+
 def resolve(
     get_option: Callable[[str], Any], get_ini: Callable[[str], Any], rootdir: Path
 ) -> Settings:
     """Settings from command-line values (None when not given) falling back to ini values."""
-    from pytest_sme2.devices.spec import parse_device_specs
-
     values: dict[str, Any] = {}
     for option in OPTIONS:
         raw = get_option(option.dest)
@@ -192,9 +202,8 @@ def resolve(
     if unknown:
         raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
     artifacts = values["sme2_artifacts"]
-    fleet = get_option("sme2_device") or get_ini(FLEET_INI) or values["sme2_device"]
     return Settings(
-        devices=parse_device_specs(fleet),
+        devices=fleet_specs(get_option, get_ini),
         plan=MeasurePlan(
             runs=values["sme2_runs"],
             warmup=values["sme2_warmup"],

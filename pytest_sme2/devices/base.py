@@ -80,6 +80,16 @@ def machine_class_id(machine_class: Mapping[str, str]) -> str:
     return f"{slug}{cores}-{digest[:8]}"
 
 
+_UNSAFE_IN_FILE_NAMES = re.compile(r"[^A-Za-z0-9._=@-]+")
+
+
+def device_file_name(name: str) -> str:
+    """A device's name (``qemu-sme2:vl=32``) as a file or folder name: ``qemu-sme2@vl=32``, with
+    anything but letters, digits and ``._=@-`` as ``_`` (a colon is not allowed in a Windows path,
+    a slash of a value such as ``adb=/opt/adb`` would nest folders)."""
+    return _UNSAFE_IN_FILE_NAMES.sub("_", name.replace(":", "@"))
+
+
 def describe_class(machine_class: Mapping[str, str]) -> str:
     """One line naming a machine class for people: ``cpu: AMD EPYC, cores: 2, isa: avx2 fma``."""
     return ", ".join(f"{k}: {v}" for k, v in sorted(machine_class.items()))

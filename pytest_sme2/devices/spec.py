@@ -13,12 +13,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_sme2.devices.base import OptionGetter
+from pytest_sme2.devices.base import OptionGetter, device_file_name
 from pytest_sme2.devices.registry import device_class
 from pytest_sme2.errors import ConfigError
 
 _KEY = re.compile(r"[a-z][a-z0-9-]*")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=@-]+")
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,9 @@ class DeviceSpec:
     @property
     def directory(self) -> str:
         """The device's folder under the baseline and artifacts directories: the kind alone for a
-        plain spec (where every existing baseline is), else ``KIND@KEY=VALUE…``, with anything
-        but letters, digits and ``._=@-`` as ``_`` (a colon is not allowed in a Windows path, a
-        slash of a value such as ``adb=/opt/adb`` would nest folders)."""
-        joined = "@".join([self.kind, *(f"{key}={value}" for key, value in self.options)])
-        return _UNSAFE.sub("_", joined)
+        plain spec (where every existing baseline is), else ``KIND@KEY=VALUE…``
+        (:func:`~pytest_sme2.devices.base.device_file_name`)."""
+        return device_file_name(self.id)
 
     def getter(self, flags: OptionGetter) -> OptionGetter:
         """The device's option getter: a key of this spec wins, else the flag (or ini) value."""

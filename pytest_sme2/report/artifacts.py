@@ -46,7 +46,7 @@ import pandas as pd
 
 from pytest_sme2.analysis import Profile, event_backend
 from pytest_sme2.categories import Classifier
-from pytest_sme2.devices.base import Variant
+from pytest_sme2.devices.base import Variant, device_file_name
 from pytest_sme2.gates import Verdict
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.report.chrome_trace import write_chrome_trace
@@ -94,9 +94,9 @@ def model_stem(m: Measurement) -> str:
 
 
 def experiment(m: Measurement, variant: Variant) -> str:
-    """The kit's experiment name: ``<device>_sme2_on`` / ``<device>_sme2_off`` (a fleet's
-    ``qemu-sme2:vl=32`` as ``qemu-sme2@vl=32``: file names are made of it)."""
-    return f"{m.device.name.replace(':', '@')}_{variant.value.replace('-', '_')}"
+    """The kit's experiment name: ``<device>_sme2_on`` / ``<device>_sme2_off``; file names are
+    made of it, so a fleet's device is named as its folder is (``qemu-sme2@vl=32``)."""
+    return f"{device_file_name(m.device.name)}_{variant.value.replace('-', '_')}"
 
 
 def file_prefix(m: Measurement, variant: Variant) -> str:

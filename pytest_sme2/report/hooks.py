@@ -11,6 +11,7 @@ the session report says the same with and without xdist.
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 from collections import Counter
@@ -171,7 +172,7 @@ class ReportPlugin:
         if len(self.dirs) > 1:
             from pytest_sme2.report.content import fleet_table
 
-            fleet = fleet_table([entry.measurement for entry in self._entries()])
+            fleet = fleet_table([entry.measurement for entry in self.entries])
             if fleet is not None:
                 prefix.append(
                     '<h2 class="sme2-fleet">SME2 across devices</h2>'
@@ -179,10 +180,12 @@ class ReportPlugin:
                     + fleet.html("sme2-table sme2-fleet")
                 )
 
-    def _entries(self) -> list[SessionEntry]:
+    @functools.cached_property
+    def entries(self) -> list[SessionEntry]:
         """Every measured test of the session, from this process or reloaded from what an xdist
         worker saved (the case record is lossless), by node id: workers finish in no fixed
-        order, and the reports must not depend on it."""
+        order, and the reports must not depend on it. Read once, when the session has ended:
+        the HTML summary and report.md both use it."""
         from pytest_sme2.report.artifacts import MANIFEST_NAME, REPORT_NAME
         from pytest_sme2.report.markdown import SessionEntry
         from pytest_sme2.report.rundir import load_test_dir
@@ -202,7 +205,7 @@ class ReportPlugin:
             return
         from pytest_sme2.report.markdown import session_report
 
-        entries = self._entries()
+        entries = self.entries
         # Test dirs are <root>/<device>/<case> (the sme2_artifacts_dir fixture): report in root.
         root = next(iter(self.dirs.values())).parent.parent
         path = root / SESSION_REPORT_NAME
