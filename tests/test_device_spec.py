@@ -69,3 +69,10 @@ def test_every_spec_key_is_one_of_the_devices_own_options(kind: str) -> None:
 
     DEVICE_CLASSES[kind].add_options(add)
     assert set(DEVICE_CLASSES[kind].spec_keys.values()) <= dests
+
+
+def test_a_value_may_hold_a_colon_as_adb_over_tcp_serials_do() -> None:
+    (phone,) = parse_device_specs("android:serial=192.168.1.5:5555:cpu-mask=80")
+    assert phone.options == (("serial", "192.168.1.5:5555"), ("cpu-mask", "80"))
+    assert phone.id == "android:serial=192.168.1.5:5555:cpu-mask=80"
+    assert phone.directory == "android@serial=192.168.1.5@5555@cpu-mask=80"

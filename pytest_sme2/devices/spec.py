@@ -55,6 +55,10 @@ def parse_device_specs(text: str, *, source: str = "--sme2-device") -> tuple[Dev
         keys: Mapping[str, str] = device_class(kind).spec_keys
         options: list[tuple[str, str]] = []
         for pair in pairs:
+            if "=" not in pair and options:  # a value with a colon: adb's host:port serials
+                key, value = options.pop()
+                options.append((key, f"{value}:{pair}"))
+                continue
             key, sep, value = pair.partition("=")
             if not sep or not _KEY.fullmatch(key) or not value:
                 raise ConfigError(f"{source}: {item!r}: expected KIND[:KEY=VALUE…], got {pair!r}")
