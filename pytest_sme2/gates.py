@@ -13,8 +13,9 @@ Rules, as the user's CI relies on them:
 * time (latency, shares, speedup against the baseline) is judged only against the time record of
   the measuring machine's class; with none, those gates are "not judged" and the portable ones
   (structure, packed operators, kernels, parity, instruction counts) still are;
-* latency fails when the fastest timing-only run is slower than the baseline's by more than the
-  tolerance (default 10 %; see ``LatencyBaseline.change_from`` for why the fastest run); a speedup
+* latency fails when the fastest timing-only run, relative to the reference workload's fastest
+  run beside it, rose from the baseline's by more than the record's tolerance (default 3 %, or
+  calibrated: ``TimeRecord.latency_percent``; ``LatencyBaseline.change_from`` says why); a speedup
   gate fails only when the bootstrap 95 % interval of the speedup lies entirely beyond its
   tolerance. Time-only failures are confirmed by a fresh measurement (:func:`judge_confirmed`).
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from pytest_sme2.analysis import Profile
 from pytest_sme2.baseline import (
+    LATENCY_STATISTIC,
     Baseline,
     Move,
     TimeRecord,
@@ -572,6 +574,7 @@ def _shares_verdict(
 def _latency(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
     # Same machine class, so judged; what else changed since the record is said alongside.
     noted = tuple(f"since recorded: {line}" for line in notes_diff(record.notes, m.device.notes))
+    percent = record.latency_percent(tol)
     verdicts = []
     for variant, vm in m.variants.items():
         stored = record.variants.get(str(variant))
@@ -585,19 +588,58 @@ def _latency(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerance
             f"{stored.latency.min_ms:g} ms; median {measured.median_ms:g} ms vs "
             f"{stored.latency.median_ms:g} ms"
         )
-        move = latency_move(measured, stored.latency, tol)
-        beyond = f"beyond the {tol.latency_percent:g}% tolerance"
+        relative = None not in (measured.relative_fastest, stored.latency.relative_fastest)
+        if relative:
+            numbers += (
+                f"; reference workload's fastest {min(measured.reference_samples_ms):g} ms vs "
+                f"{min(stored.latency.reference_samples_ms):g} ms"
+            )
+        what = "relative to the machine's speed" if relative else "in raw time (no reference timed)"
+        move = latency_move(measured, stored.latency, percent)
+        beyond = f"beyond the {percent:g}% tolerance"
         if move is Move.ROSE:
             message = (
-                f"E2E latency of {_case(m)} ({variant}) rose {100 * (change - 1):.1f}% "
+                f"E2E latency of {_case(m)} ({variant}) rose {100 * (change - 1):.1f}% {what} "
                 f"({numbers}), {beyond}"
             )
             verdicts.append(Verdict(gate, Status.FAIL, message, noted))
         else:
             faster = f", faster {beyond}: {RECORD_IT}" if move is Move.FELL else ""
-            message = f"E2E latency {change:.3f}× the baseline ({numbers}){faster}"
+            message = f"E2E latency {change:.3f}× the baseline {what} ({numbers}){faster}"
             verdicts.append(Verdict(gate, Status.PASS, message, noted))
+    if verdicts:
+        verdicts.append(_latency_sensitivity(m, record, tol))
     return verdicts
+
+
+#: The informational verdict saying how small a slowdown the latency gate sees on this machine.
+LATENCY_SENSITIVITY = "latency-sensitivity"
+
+
+def _latency_sensitivity(m: Measurement, record: TimeRecord, tol: Tolerances) -> Verdict:
+    """How small a slowdown the latency gate sees on this machine class: the minimum detectable
+    effect where the record is calibrated (``--sme2-calibrate``), else the default tolerance and
+    how to learn more. Its one detail is the short form the session table shows."""
+    percent = record.latency_percent(tol)
+    cal = record.calibration
+    if cal is None or cal.statistic != LATENCY_STATISTIC:
+        return Verdict(
+            LATENCY_SENSITIVITY,
+            Status.PASS,
+            f"the latency gate of {_case(m)} fails a rise beyond {percent:g}%, the default "
+            "tolerance: not calibrated on this machine class (--sme2-calibrate=5 measures how "
+            "small a slowdown it sees)",
+            (f">{percent:g}% (not calibrated)",),
+        )
+    sees = cal.detectable_percent(percent)
+    return Verdict(
+        LATENCY_SENSITIVITY,
+        Status.PASS,
+        f"the latency gate sees a {sees:.1f}% slowdown of {_case(m)} on this machine class in "
+        f"≥ 95% of sessions (tolerance {percent:g}%; calibrated {cal.when[:10]}: noise "
+        f"{cal.noise_percent:g}% over {cal.runs} unchanged measurements)",
+        (f"{sees:.1f}%",),
+    )
 
 
 def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None:

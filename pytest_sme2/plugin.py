@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -414,7 +415,32 @@ def sme2_judge(
         )
         return sme2_measure("confirm"), how
 
+    def calibrate_case(measurement: Measurement) -> tuple[Verdict, ...]:
+        """``--sme2-calibrate=N``: N unchanged measurements → the latency gate's noise, stored."""
+        from pytest_sme2.calibration import calibrate, not_calibrated_reason
+
+        reason = not_calibrated_reason(measurement.device)
+        if reason is not None:
+            pytest.skip(reason)
+        runs = sme2_settings.calibrate_runs
+        measurements = [measurement, *(sme2_measure(f"calibrate-{i}") for i in range(1, runs))]
+        result = _or_fail(
+            lambda: calibrate(
+                measurements,
+                sme2_baseline,
+                sme2_settings.tolerances,
+                path=sme2_baseline_path,
+                when=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+        )
+        _or_fail(lambda: save(sme2_baseline_path, result.baseline))
+        request.node.stash[BASELINE_CHANGES_KEY] = (sme2_baseline_path, (result.summary,))
+        request.node.user_properties.append(("sme2 calibration", result.summary))
+        return ()
+
     def judge_measurement(measurement: Measurement) -> tuple[Verdict, ...]:
+        if sme2_settings.calibrate_runs:
+            return calibrate_case(measurement)
         node = request.node
         decision = decide(
             measurement,

@@ -68,7 +68,19 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
     ),
-    Option("latency-tolerance", "3", "allowed latency rise / speedup drop, in percent", "float"),
+    Option(
+        "latency-tolerance",
+        "3",
+        "allowed latency rise / speedup drop, in percent (the floor of a calibrated tolerance)",
+        "float",
+    ),
+    Option(
+        "calibrate",
+        "0",
+        "A/A calibration: measure each case N times unchanged and store the latency gate's noise "
+        "in this machine class's time record (N ≥ 2; 0: off); judges nothing",
+        "int",
+    ),
     Option(
         "instruction-tolerance",
         "1",
@@ -118,6 +130,8 @@ class Settings:
     baseline_dir: Path
     update_baselines: bool
     strict: bool
+    #: ``--sme2-calibrate``: measurements per case of an A/A calibration, 0 when not calibrating
+    calibrate_runs: int
     artifacts: Path | None
     tolerances: Tolerances
     classifier: Classifier
@@ -202,6 +216,17 @@ def resolve(
     if unknown:
         raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
     artifacts = values["sme2_artifacts"]
+    calibrate_runs = values["sme2_calibrate"]
+    if calibrate_runs < 0 or calibrate_runs == 1:
+        raise ConfigError(
+            f"--sme2-calibrate={calibrate_runs}: give the number of unchanged measurements per "
+            "case, at least 2 (5 is a good start), or 0 for none"
+        )
+    if calibrate_runs and values["sme2_update_baselines"]:
+        raise ConfigError(
+            "--sme2-calibrate and --sme2-update-baselines do not mix: a calibration measures the "
+            "noise against the baseline as stored; update first, then calibrate"
+        )
     return Settings(
         devices=fleet_specs(get_option, get_ini),
         plan=MeasurePlan(
@@ -218,6 +243,7 @@ def resolve(
         baseline_dir=rootdir / values["sme2_baseline_dir"],
         update_baselines=values["sme2_update_baselines"],
         strict=values["sme2_strict"],
+        calibrate_runs=calibrate_runs,
         artifacts=Path(artifacts) if artifacts else None,
         tolerances=Tolerances(
             share_points=values["sme2_share_tolerance"],

@@ -115,6 +115,7 @@ def measurement(
     on_evidence: Sme2Evidence | None = None,
     off_evidence: Sme2Evidence | None = None,
     dtype: str = "fp32",
+    reference_ms: Sequence[float] = (),
 ) -> Measurement:
     variants = {Variant.OFF: variant(Variant.OFF, off_ops, off_latencies, off_evidence)}
     if Variant.ON in device.variants:
@@ -127,6 +128,7 @@ def measurement(
         device=device,
         variants=variants,
         interleaved=len(variants) == 2,
+        reference_ms=tuple(reference_ms),
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pytest_sme2.analysis import OTHER, Profile
 from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
 from pytest_sme2.devices.base import Variant, describe_class
-from pytest_sme2.gates import NO_TIME_RECORD, Status, Verdict
+from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
@@ -600,8 +600,16 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
         "E2E on ms": median(Variant.ON),
         "speedup": speedup_text(m),
         "top category": f"{top} {100 * shares[top]:.0f}% ({head})",
+        "latency gate sees": latency_sensitivity(verdicts),
         "verdict": verdict_word(verdicts),
     }
+
+
+def latency_sensitivity(verdicts: Sequence[Verdict]) -> str:
+    """The smallest slowdown the case's latency gate sees on this machine class ("4.2%"), or its
+    default tolerance where it is not calibrated; "—" where latency was not judged."""
+    sensitivity = next((v for v in verdicts if v.gate == LATENCY_SENSITIVITY), None)
+    return sensitivity.details[0] if sensitivity is not None else "—"
 
 
 def fleet_table(measurements: Sequence[Measurement]) -> Table | None:
