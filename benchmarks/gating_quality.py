@@ -1,7 +1,8 @@
 """How well the latency gate tells noise from a regression, beside pytest-benchmark's compare-fail.
 
-Issue 9's instrument. A user's model (a plain-torch CNN, ~4 ms per run on this 2-core host) is
-registered in a temporary project, its input width read from ``SME2_GATING_WIDTH`` (height fixed).
+Issues 9 and 20's instrument. A user's model (a plain-torch CNN, ~1–4 ms per run on the 2-core
+hosts measured) is registered in a temporary project, its input width read from
+``SME2_GATING_WIDTH`` (height fixed).
 Every layer's work grows with the pixels (strides 2 and 2, widths divisible by 4), so a width
 +5 % / +10 % is +5 % / +10 % work, exported afresh as a program of its own (the export cache is
 keyed by the traced program and its inputs, so each width is its own entry), and every session
@@ -21,7 +22,17 @@ checks the input shape of the program it ran.
    ``--benchmark-json`` entry against the baseline session's.
 
     python benchmarks/gating_quality.py [--runs 20] [--sizes 0,5,10] [--base-width 160]
-        [--height 128] [--tolerance PERCENT] [--pytest-arg ARG ...] [--keep DIR] [--out FILE]
+        [--height 128] [--tolerance PERCENT] [--calibrate N] [--conditions quiet,neighbour]
+        [--pytest-arg ARG ...] [--keep DIR] [--out FILE]
+
+``--conditions`` runs the series once per condition against the one baseline (recorded quiet):
+``quiet`` as a user runs it; ``neighbour`` with a noisy neighbour this script starts and stops,
+pinned to the last CPU while the sessions are pinned to the others — a process that at random
+moments (pauses of 1–8 s) streams 64 MB arrays through memory for 0.5–3 s, contending for the
+shared caches and memory bandwidth, and that ends with the series (or after ``--neighbour-max-s``
+at the latest, or when this script dies). ``--calibrate N`` runs ``--sme2-calibrate=N`` after the
+baseline session, so the series is judged at the calibrated tolerance and the table says what the
+calibration predicted.
 
 Prints one line per session (our verdict, whether it was re-measured and which gates failed; the
 run's ratios to the baseline: fastest run, median with its bootstrap 95 % CI, median relative to
@@ -49,6 +60,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import shutil
 import statistics
@@ -57,7 +69,8 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +84,7 @@ WIDTH_ENV = "SME2_GATING_WIDTH"
 MODEL = "gating_net"
 #: pytest-benchmark's compare-fail expressions, judged on the same runs as ours.
 BENCHMARK_CHECKS = ("median:10%", "median:5%")
-#: Issue 9's targets by cell (% more work): the fraction of sessions that may / must fail.
+#: Issues 9 and 20's targets by cell (% more work): the fraction of sessions that may / must fail.
 TARGETS: dict[int, tuple[str, float]] = {0: ("≤", 0.0), 5: ("≥", 0.75), 10: ("≥", 0.95)}
 INPUTS_PROPERTY = "gating program inputs"
 SESSION_TIMEOUT_S = 900
@@ -261,9 +274,15 @@ def _same(samples_s: Sequence[float], samples_ms: Sequence[float]) -> bool:
 
 
 def run_session(
-    project: Path, width: int, baselines: Path, out: Path, extra: Sequence[str]
+    project: Path,
+    width: int,
+    baselines: Path,
+    out: Path,
+    extra: Sequence[str],
+    cpus: set[int] | None = None,
 ) -> Session:
-    """One pytest session of ``project`` at ``width``; its files go to the directory ``out``."""
+    """One pytest session of ``project`` at ``width``, on ``cpus`` (None: any); its files go to
+    the directory ``out``."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     env = {**os.environ, WIDTH_ENV: str(width)}
@@ -278,6 +297,7 @@ def run_session(
         proc = subprocess.run(
             command, env=env, cwd=project, capture_output=True, text=True,
             timeout=SESSION_TIMEOUT_S, check=False,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         _fail(f"a session at width {width} ran over {SESSION_TIMEOUT_S} s: {' '.join(command)}")
@@ -320,6 +340,23 @@ def run_session(
         judged=judged,
         stdout_tail=tail,
     )
+
+
+def calibrate(project: Path, width: int, baselines: Path, runs: int) -> str:
+    """``--sme2-calibrate=runs`` of the project at ``width``; what it said it sees."""
+    command = [
+        sys.executable, "-m", "pytest", str(project), "-q", "-p", "no:cacheprovider",
+        "-p", "no:xdist", f"--rootdir={project}", f"--sme2-baseline-dir={baselines}",
+        f"--sme2-calibrate={runs}",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        command, env={**os.environ, WIDTH_ENV: str(width)}, cwd=project, capture_output=True,
+        text=True, timeout=SESSION_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    said = [line.strip() for line in proc.stdout.splitlines() if "gate sees" in line]
+    if proc.returncode != 0 or not said:
+        _fail(f"the calibration session failed:\n{proc.stdout[-3000:]}")
+    return said[0]
 
 
 def ratios(run: Session, base: Session) -> dict[str, Any]:
@@ -417,9 +454,71 @@ def summary(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> list[str]:
             + f"   (ours re-measured {remeasured}/{len(runs)})"
         )
     lines.append(
-        "targets of issue 9: 0 unchanged sessions failed, ≥ 95 % failed at +10 %, ≥ 75 % at +5 %"
+        "targets (issues 9, 20): 0 unchanged sessions failed, ≥ 95 % failed at +10 %, ≥ 75 % at "
+        "+5 %"
     )
     return lines
+
+
+#: The neighbour's bursts: how long it pauses between them and how long each lasts (seconds).
+NEIGHBOUR_PAUSE_S = (1.0, 8.0)
+NEIGHBOUR_BURST_S = (0.5, 3.0)
+#: The arrays a burst streams through memory: far beyond the last-level cache.
+NEIGHBOUR_ARRAY_MB = 64
+
+
+def neighbour(cpu: int, seconds: float, log: Path, seed: int) -> None:
+    """The noisy neighbour (run as ``--neighbour-process``): on ``cpu`` only, for ``seconds`` at
+    most and no longer than its parent lives, pauses and bursts of memory streaming at random
+    moments; each burst is appended to ``log`` (start, seconds) so the run says how busy it was."""
+    import numpy as np
+
+    os.sched_setaffinity(0, {cpu})
+    parent = os.getppid()
+    rng = random.Random(seed)
+    source = np.ones(NEIGHBOUR_ARRAY_MB * 2**20 // 8)
+    target = np.empty_like(source)
+    ends = time.monotonic() + seconds
+    with log.open("a") as out:
+        while time.monotonic() < ends and os.getppid() == parent:
+            time.sleep(rng.uniform(*NEIGHBOUR_PAUSE_S))
+            started, burst = time.monotonic(), rng.uniform(*NEIGHBOUR_BURST_S)
+            while time.monotonic() - started < burst:
+                np.copyto(target, source)
+            out.write(f"{time.time():.1f} {time.monotonic() - started:.2f}\n")
+            out.flush()
+
+
+@contextmanager
+def neighbour_running(on: bool, seconds: float, log: Path) -> Iterator[set[int] | None]:
+    """With ``on``: the neighbour started on the last CPU, and the CPUs the sessions get (the
+    others); stopped on leaving. Without: nothing started, sessions on any CPU (None)."""
+    if not on:
+        yield None
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        _fail("the neighbour condition needs two CPUs: one for it, one for the sessions")
+    command = [
+        sys.executable, __file__, "--neighbour-process", str(cpus[-1]), str(seconds), str(log),
+    ]  # fmt: skip
+    process = subprocess.Popen(command)
+    try:
+        yield set(cpus[:-1])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def neighbour_load(log: Path, seconds: float) -> str:
+    """How busy the neighbour was: bursts, their total and their share of ``seconds``."""
+    bursts = (
+        [float(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
+    )
+    busy = sum(bursts)
+    return (
+        f"{len(bursts)} bursts, {busy:.0f} s busy of {seconds:.0f} s ({100 * busy / seconds:.0f} %)"
+    )
 
 
 def main() -> int:
@@ -431,6 +530,17 @@ def main() -> int:
     parser.add_argument("--base-width", type=int, default=160)
     parser.add_argument("--height", type=int, default=128)
     parser.add_argument("--tolerance", help="--sme2-latency-tolerance of our gate (default: its)")
+    parser.add_argument(
+        "--calibrate", type=int, default=0, help="--sme2-calibrate=N after the baseline session"
+    )
+    parser.add_argument(
+        "--conditions",
+        default="quiet",
+        help="comma-separated series to run: quiet, neighbour (default: quiet)",
+    )
+    parser.add_argument(
+        "--neighbour-max-s", type=float, default=3600.0, help="the neighbour's longest life"
+    )
     parser.add_argument(
         "--pytest-arg", action="append", default=[], help="passed to every timed session"
     )
@@ -493,14 +603,17 @@ def main() -> int:
         f"{len(cells) * args.runs * base.seconds / 60:.0f} min",
         flush=True,
     )
+    if args.calibrate:
+        print(f"calibration: {calibrate(project, cells[0].width, baselines, args.calibrate)}")
     checks = {expr: parse_compare_fail(expr) for expr in BENCHMARK_CHECKS}
     base_stats = base.benchmark["stats"]
     rows: list[dict[str, Any]] = []
+    loads: dict[str, str] = {}
 
     def document() -> dict[str, Any]:
         return {
             "argv": sys.argv,
-            "machine": {"platform": platform.platform(), "processor": platform.processor()},
+            "machine": {"platform": platform.platform(), "processor": _cpu_model()},
             "repo_head": _git("rev-parse", "HEAD"),
             "repo_dirty": _git("status", "--porcelain", "--", "pytest_sme2").splitlines(),
             "cells": [vars(c) for c in cells],
@@ -508,45 +621,65 @@ def main() -> int:
             "pytest_args": extra,
             "benchmark_checks": list(BENCHMARK_CHECKS),
             "baseline": base.to_json(),
+            "neighbour": loads,
             "sessions": rows,
             "seconds": round(time.perf_counter() - started, 1),
         }
 
-    for rep in range(args.runs):
-        shift = rep % len(cells)
-        for cell in cells[shift:] + cells[:shift]:
-            run = run_session(
-                project, cell.width, baselines, sessions_dir / f"{rep:02}-{cell.percent}", extra
-            )
-            if run.judged is None:
-                _fail(f"rep {rep} {cell.name}: the judged measurement's samples were not found")
-            if run.benchmark.get("fullname") != base.benchmark.get("fullname"):
-                _fail(f"rep {rep} {cell.name}: its benchmark entry is not the baseline's")
-            # pytest-benchmark's own checks, called as --benchmark-compare-fail calls them.
-            verdicts = {
-                e: check.fails(run.benchmark["stats"], base_stats) for e, check in checks.items()
-            }
-            row = {
-                "rep": rep,
-                "cell": cell.name,
-                "percent": cell.percent,
-                **run.to_json(),
-                "gates_failed": run.gates_failed(),
-                "benchmark": verdicts,
-                "ratios": ratios(run, base),
-            }
-            rows.append(row)
-            print(_describe_run(row), flush=True)
-            if args.out:
-                args.out.write_text(json.dumps(document(), indent=1) + "\n")
+    conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    for condition in conditions:
+        if condition not in ("quiet", "neighbour"):
+            _fail(f"--conditions: unknown condition {condition!r} (quiet, neighbour)")
+        log = root / f"neighbour-{condition}.log"
+        series_started = time.perf_counter()
+        with neighbour_running(condition == "neighbour", args.neighbour_max_s, log) as cpus:
+            print(f"== {condition}" + (f": sessions on CPUs {sorted(cpus)}" if cpus else ""))
+            for rep in range(args.runs):
+                shift = rep % len(cells)
+                for cell in cells[shift:] + cells[:shift]:
+                    run = run_session(
+                        project, cell.width, baselines,
+                        sessions_dir / f"{condition}-{rep:02}-{cell.percent}", extra, cpus,
+                    )  # fmt: skip
+                    if run.judged is None:
+                        _fail(f"rep {rep} {cell.name}: the judged measurement was not found")
+                    if run.benchmark.get("fullname") != base.benchmark.get("fullname"):
+                        _fail(f"rep {rep} {cell.name}: its benchmark entry is not the baseline's")
+                    # pytest-benchmark's own checks, called as --benchmark-compare-fail calls them.
+                    verdicts = {
+                        e: check.fails(run.benchmark["stats"], base_stats)
+                        for e, check in checks.items()
+                    }
+                    row = {
+                        "condition": condition,
+                        "rep": rep,
+                        "cell": cell.name,
+                        "percent": cell.percent,
+                        **run.to_json(),
+                        "gates_failed": run.gates_failed(),
+                        "benchmark": verdicts,
+                        "ratios": ratios(run, base),
+                    }
+                    rows.append(row)
+                    print(_describe_run(row), flush=True)
+                    if args.out:
+                        args.out.write_text(json.dumps(document(), indent=1) + "\n")
+        if condition == "neighbour":
+            loads[condition] = neighbour_load(log, time.perf_counter() - series_started)
 
-    for line in summary(cells, rows):
-        print(line)
+    for condition in conditions:
+        print(
+            f"\n== {condition}"
+            + (f" (neighbour: {loads[condition]})" if condition in loads else "")
+        )
+        for line in summary(cells, [row for row in rows if row["condition"] == condition]):
+            print(line)
     elapsed = time.perf_counter() - started
     timed = [row["seconds"] for row in rows]
     print(
         f"{len(rows)} sessions (+{len(cells) + 1} warm-up and baseline) in {elapsed / 60:.1f} min; "
-        f"a session {statistics.mean(timed):.1f} s on average, {max(timed):.0f} s at most"
+        f"a session {statistics.mean(timed):.1f} s on average, {max(timed):.0f} s at most; "
+        f"machine: {_cpu_model()}, {os.cpu_count()} CPUs"
     )
     if args.out:
         args.out.write_text(json.dumps(document(), indent=1) + "\n")
@@ -558,6 +691,17 @@ def main() -> int:
     return 0
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (``platform.processor()`` is empty on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _git(*command: str) -> str:
     proc = subprocess.run(
         ["git", "-C", str(REPO), *command], capture_output=True, text=True, check=False
@@ -566,4 +710,8 @@ def _git(*command: str) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--neighbour-process"]:
+        cpu, seconds, log = sys.argv[2:5]
+        neighbour(int(cpu), float(seconds), Path(log), seed=os.getpid())
+        sys.exit(0)
     sys.exit(main())
