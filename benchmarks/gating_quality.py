@@ -353,7 +353,7 @@ def calibrate(project: Path, width: int, baselines: Path, runs: int) -> str:
         command, env={**os.environ, WIDTH_ENV: str(width)}, cwd=project, capture_output=True,
         text=True, timeout=SESSION_TIMEOUT_S, check=False,
     )  # fmt: skip
-    said = [line.strip() for line in proc.stdout.splitlines() if "gate sees" in line]
+    said = [line.strip() for line in proc.stdout.splitlines() if "the latency gate sees a" in line]
     if proc.returncode != 0 or not said:
         _fail(f"the calibration session failed:\n{proc.stdout[-3000:]}")
     return said[0]

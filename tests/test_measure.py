@@ -116,6 +116,11 @@ def test_the_fastest_of_two_measurements_is_the_one_taken_while_the_machine_was_
     disturbed = measurement(off_latencies=(10.8, 10.9, 10.7))
     settled = measurement(off_latencies=(10.0, 10.2, 9.9))
     assert fastest(disturbed, settled) is settled and fastest(settled, disturbed) is settled
+    # With the reference timed beside both, its fastest run says which machine was undisturbed:
+    # the model's own time cannot, a regression moves it too.
+    burst = measurement(off_latencies=(11.6, 11.7), reference_ms=(0.23, 0.24))
+    quiet = measurement(off_latencies=(11.9, 12.0), reference_ms=(0.2, 0.21))
+    assert fastest(burst, quiet) is quiet and fastest(quiet, burst) is quiet
 
 
 def test_outputs_that_do_not_fit_the_program_fail_naming_device_and_variant(tmp_path: Path):
