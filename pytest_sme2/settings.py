@@ -66,6 +66,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict", False, "treat a skipped gate (device cannot measure it) as a failure", "bool"),
     Option("artifacts", "", "directory for traces and run artifacts (default: pytest's basetemp)"),
     Option(
+        "history",
+        "",
+        "directory that keeps one record per judged case (commit, device, verdicts), a file per "
+        "session and worker; `sme2 history DIR` draws the trends",
+    ),
+    Option(
         "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
     ),
     Option("latency-tolerance", "3", "allowed latency rise / speedup drop, in percent", "float"),
@@ -119,6 +125,8 @@ class Settings:
     update_baselines: bool
     strict: bool
     artifacts: Path | None
+    #: where every judged case's history record goes (``--sme2-history``), None: nowhere
+    history: Path | None
     tolerances: Tolerances
     classifier: Classifier
 
@@ -201,7 +209,7 @@ def resolve(
     unknown = sorted(set(dtypes) - set(DTYPES))
     if unknown:
         raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
-    artifacts = values["sme2_artifacts"]
+    artifacts, history = values["sme2_artifacts"], values["sme2_history"]
     return Settings(
         devices=fleet_specs(get_option, get_ini),
         plan=MeasurePlan(
@@ -219,6 +227,7 @@ def resolve(
         update_baselines=values["sme2_update_baselines"],
         strict=values["sme2_strict"],
         artifacts=Path(artifacts) if artifacts else None,
+        history=Path(history) if history else None,
         tolerances=Tolerances(
             share_points=values["sme2_share_tolerance"],
             latency_percent=values["sme2_latency_tolerance"],
