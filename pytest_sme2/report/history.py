@@ -126,6 +126,15 @@ def points_table(series: Series, last: int | None = None) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def trend_html(series: Series, href: str) -> str:
+    """A case's last commits for its pytest-html extra, linked to its section of the page."""
+    return (
+        '<div class="sme2-report"><h4>Over the last commits '
+        f'(<a href="{html.escape(href)}">trend page</a>)</h4>'
+        f"{points_table(series, INLINE_POINTS)}</div>"
+    )
+
+
 def _step_item(step: Step) -> str:
     css = "reverted" if step.reverted_at else "step"
     return f'<li class="{css}">{html.escape(step.sentence())}</li>'
