@@ -29,11 +29,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pytest_sme2.errors import Sme2Error
 from pytest_sme2.gates import Verdict
 from pytest_sme2.result import Measurement
+
+if TYPE_CHECKING:
+    from pytest_sme2.analysis import Profile
+    from pytest_sme2.baseline import Tolerances
 
 #: The record layout written now. A change of layout bumps it and adds the step from the version
 #: before to :data:`UPGRADES`, so every record ever written stays readable.
@@ -442,7 +446,7 @@ def _share(category: str) -> Callable[[Measurement], float | None]:
     return value
 
 
-def quantities(tolerances: Any = None) -> tuple[Quantity, ...]:
+def quantities(tolerances: Tolerances | None = None) -> tuple[Quantity, ...]:
     """Everything the page draws and finds steps in, each with the gate's tolerance as the floor
     of a step: a move the gate lets pass is not a step either (``baseline.Tolerances``)."""
     from pytest_sme2.baseline import Tolerances
@@ -661,7 +665,7 @@ def _cause(series: Series, quantity: Quantity, first: int, at: int, last: int) -
     return text
 
 
-def _variant_profile(point: Point, variant: str) -> Any:
+def _variant_profile(point: Point, variant: str) -> Profile | None:
     vm = next((vm for v, vm in point.last.measurement.variants.items() if str(v) == variant), None)
     return vm.profile if vm is not None else None
 
@@ -676,7 +680,7 @@ class Trends:
     records: int
 
 
-def trends(directory: Path, repo: Path | None, tolerances: Any = None) -> Trends:
+def trends(directory: Path, repo: Path | None, tolerances: Tolerances | None = None) -> Trends:
     """A history directory → series per case × device in commit order, with their steps."""
     history = read_history(directory)
     ranks, order_problems = commit_ranks(history.records, repo)
