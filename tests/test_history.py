@@ -17,7 +17,14 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.cli import main
-from pytest_sme2.history import PAGE_NAME, SCHEMA_VERSION, package_version, read_history
+from pytest_sme2.history import (
+    PAGE_NAME,
+    SCHEMA_VERSION,
+    GitState,
+    git_state,
+    package_version,
+    read_history,
+)
 
 #: Resolved at import: the inner sessions reuse the real export cache and the provisioned qemu.
 CACHE = cache_root()
@@ -92,7 +99,7 @@ def _commit(project: Path, number: int, width: int | None = None) -> str:
     return _git(project, "rev-parse", "HEAD")
 
 
-def _session(project: Path, history: Path, device: str = "qemu-sme2") -> str:
+def _session(project: Path, history: Path, device: str = "qemu-sme2", *more: str) -> str:
     """One cheap qemu-sme2 session of the project, recording its history."""
     done = subprocess.run(
         [
@@ -109,6 +116,7 @@ def _session(project: Path, history: Path, device: str = "qemu-sme2") -> str:
             "--sme2-update-baselines",
             "--sme2-artifacts=artifacts",
             f"--sme2-history={history}",
+            *more,
         ],
         cwd=project,
         env={**os.environ, "SME2_CACHE_DIR": str(CACHE)},
@@ -152,7 +160,7 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
     first_five = tmp_path / "first-five"
     shutil.copytree(history, first_five)
     commits.append(_commit(project, 6, width=32))
-    inner = _session(project, history)
+    inner = _session(project, history, "qemu-sme2", "--html=report.html", "--self-contained-html")
     short = [c[:7] for c in commits]
 
     # one file per session, one line per judged case, never rewritten
@@ -164,13 +172,22 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
         assert record["schema_version"] == SCHEMA_VERSION
         assert (record["branch"], record["dirty"], record["device"]) == ("main", False, "qemu-sme2")
         assert record["class_id"] and record["machine_class"]["sme_vector_length"] == "64"
-        assert {v["gate"] for v in record["verdicts"]} >= {"instructions", "structure"}
+    # the first session wrote the baseline; the others judged against it
+    for record in records[1:]:
+        assert {v["gate"] for v in record["verdicts"]} >= {"instructions[sme2-on]", "parity"}
     # the session wrote the page into the history directory, which the reader leaves alone
     assert f"pytest-sme2 history page: {history / PAGE_NAME}" in inner
     assert read_history(history).problems == ()
+    # the pytest-html report shows the case's last five commits and links to its trend
+    report = (project / "report.html").read_text()
+    assert "history/index.html#trend-net-fp32-qemu-sme2" in report
+    for commit in short[1:]:
+        assert commit in report
+    assert short[0] not in report
 
     summary, said = _history(first_five, project, tmp_path / "five.html", capsys)
-    print(summary)  # the step list, in the test's output
+    with capsys.disabled():
+        print(summary)  # the step list, in the test's output
     assert said == []
     steps = _steps(summary)
     assert steps, summary
@@ -184,7 +201,8 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
     assert page.count("<section id=") == 1 and "data:image/png;base64," in page
 
     summary, said = _history(history, project, tmp_path / "six.html", capsys)
-    print(summary)
+    with capsys.disabled():
+        print(summary)
     assert said == []
     steps = _steps(summary)
     assert all(f" at {short[3]} " in s for s in steps), steps
@@ -245,3 +263,27 @@ def test_two_devices_land_in_one_page_and_bad_files_are_named_one_line_each(
     rows = [line for line in summary.splitlines() if line.startswith("| trend_net fp32 |")]
     assert [row.split(" | ")[1] for row in rows] == ["qemu-sme2:vl=32", "qemu-sme2:vl=64"]
     assert "No quantity moved beyond its noise." in summary
+
+
+def test_a_detached_ci_checkout_takes_its_branch_from_github(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _project(tmp_path / "project", git=True)
+    head = _git(project, "rev-parse", "HEAD")
+    _git(project, "checkout", "-q", "--detach")
+    (project / "NOTES").write_text("changed, not committed\n")
+    monkeypatch.delenv("GITHUB_HEAD_REF", raising=False)
+    monkeypatch.setenv("GITHUB_REF_NAME", "main")
+    state, warning = git_state(project)
+    assert warning is None
+    assert (state.commit, state.branch, state.dirty) == (head, "main", True)
+    assert state.commit_time is not None
+
+
+def test_without_git_the_records_carry_no_commit_and_one_line_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
+    state, warning = git_state(tmp_path)
+    assert state == GitState()
+    assert warning == f"no git: history records of {tmp_path} carry no commit"
