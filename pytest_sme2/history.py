@@ -25,7 +25,7 @@ import os
 import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -509,6 +509,13 @@ class Series:
     def counts_instructions(self) -> bool:
         return not self.points[-1].last.measurement.device.time_meaningful
 
+    def named(self, quantity: Quantity) -> Quantity:
+        """``quantity`` as this series calls it: its speedup is the instruction ratio where time
+        is emulated."""
+        if quantity.key == "speedup" and self.counts_instructions:
+            return replace(quantity, label="instruction ratio")
+        return quantity
+
 
 def series_anchor(case: str, device: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in f"{case}-{device}")
@@ -568,6 +575,7 @@ def find_steps(series: Series, quantity: Quantity) -> list[Step]:
     import numpy as np
     import ruptures
 
+    quantity = series.named(quantity)
     raw = series.values(quantity)
     known = [(i, v) for i, v in enumerate(raw) if v is not None]
     if len(known) < 2:
@@ -611,8 +619,6 @@ def find_steps(series: Series, quantity: Quantity) -> list[Step]:
 def _mark_reverts(steps: list[Step], quantity: Quantity) -> list[Step]:
     """A step that a later one takes back (the level returns to within the floor of where it
     was) is shown once, "reverted at" the later commit."""
-    from dataclasses import replace
-
     kept: list[Step] = []
     for step in steps:
         undone = next(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from pytest_sme2.categories import CATEGORIES
@@ -79,6 +80,7 @@ def series_chart(series: Series, steps: Sequence[Step]) -> bytes:
                 ax.axvline(step.index - 0.5, color="#a40000", linestyle="--", linewidth=1)
                 if step.reverted_index is not None:
                     ax.axvline(step.reverted_index - 0.5, color="#888", linestyle=":", linewidth=1)
+        _at_least_the_floor(ax, [q for _, q in lines], series)
         ax.set_title(title, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
         if any(legend for legend, _ in lines):
@@ -86,6 +88,17 @@ def series_chart(series: Series, steps: Sequence[Step]) -> bytes:
     axes[-1].set_xticks(x, [p.label for p in series.points], rotation=45, ha="right", fontsize=8)
     fig.suptitle(f"{series.case} on {series.device}", fontsize=10)
     return _png(fig)
+
+
+def _at_least_the_floor(ax: Axes, drawn: Sequence[Quantity], series: Series) -> None:
+    """A panel spans at least the tolerance around its level, so that a wiggle the gate lets
+    pass (a 0.3 % change of the instruction ratio) does not fill the panel like a step."""
+    if len(drawn) != 1 or not drawn[0].relative:
+        return
+    values = [v for v in series.values(drawn[0]) if v is not None]
+    level, floor = float(np.median(values)), drawn[0].floor
+    low, high = ax.get_ylim()
+    ax.set_ylim(min(low, level * (1 - floor)), max(high, level * (1 + floor)))
 
 
 def _cell(value: float | None, quantity: Quantity) -> str:
@@ -100,7 +113,7 @@ def _cell(value: float | None, quantity: Quantity) -> str:
 
 def _table_quantities(series: Series) -> list[Quantity]:
     return [
-        q
+        series.named(q)
         for q in quantities()
         if not q.key.startswith("share") and any(v is not None for v in series.values(q))
     ]
@@ -183,7 +196,8 @@ def history_markdown(trends: Trends) -> str:
     lines += [f"- {s.sentence()}" for s in trends.steps] or ["No quantity moved beyond its noise."]
     lines.append("")
     lines.append(
-        "| case | device | commits | newest | instructions (sme2-on) | E2E on ms | speedup |"
+        "| case | device | commits | newest | instructions (sme2-on) | E2E on ms "
+        "| speedup (instruction ratio if emulated) |"
     )
     lines.append("|---|---|---|---|---|---|---|")
     for series in trends.series:
