@@ -102,6 +102,21 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    from pytest_sme2.history import trends
+    from pytest_sme2.report.history import history_markdown, write_history
+
+    found = trends(args.history_dir, args.repo)
+    for problem in found.problems:
+        print(f"sme2: {problem}", file=sys.stderr)
+    write_history(found, args.html, args.markdown)
+    sys.stdout.write(history_markdown(found))
+    for what, path in (("page", args.html), ("summary", args.markdown)):
+        if path is not None:
+            print(f"sme2: wrote the history {what} {path}", file=sys.stderr)
+    return 0
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -153,6 +168,24 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="also write every artifact into this directory")
     compare.add_argument("--warmup", type=_non_negative, default=REPORT_WARMUP, help=warmup_help)
     compare.set_defaults(handler=_compare)
+    history = sub.add_parser(
+        "history",
+        help="trends over commits and the steps in them, from --sme2-history records",
+        description="Read every history record under HISTORY_DIR (files copied in from any "
+        "number of runs and runners), order them by the commits of REPO, find where each "
+        "quantity stepped, and print the markdown summary. Unreadable files and unknown commits "
+        "are named, one line each, and left out.",
+    )
+    history.add_argument("history_dir", type=Path, help="directory of *.jsonl history records")
+    history.add_argument("--html", type=Path, help="write the self-contained HTML page here")
+    history.add_argument("--markdown", type=Path, help="write the markdown summary here too")
+    history.add_argument(
+        "--repo",
+        type=Path,
+        default=Path.cwd(),
+        help="the git repository whose commits order the records (default: the current directory)",
+    )
+    history.set_defaults(handler=_history)
     return parser
 
 

@@ -13,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_sme2.gates import Verdict
+    from pytest_sme2.history import HistoryRecord
     from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Settings
 
@@ -23,3 +24,5 @@ ARTIFACTS_DIR_KEY: pytest.StashKey[Path] = pytest.StashKey()
 VERDICTS_KEY: pytest.StashKey[tuple[Verdict, ...]] = pytest.StashKey()
 #: the baseline file written and one line per change
 BASELINE_CHANGES_KEY: pytest.StashKey[tuple[Path, tuple[str, ...]]] = pytest.StashKey()
+#: the history record a judged case appended (``--sme2-history``)
+HISTORY_KEY: pytest.StashKey[HistoryRecord] = pytest.StashKey()

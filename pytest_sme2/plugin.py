@@ -8,7 +8,8 @@ cannot be broken by it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from pytest_sme2.keys import (
     ARTIFACTS_DIR_KEY,
     BASELINE_CHANGES_KEY,
+    HISTORY_KEY,
     MEASUREMENT_KEY,
     SETTINGS_KEY,
     VERDICTS_KEY,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from pytest_sme2.export import Artifact
     from pytest_sme2.fleet import Fleet
     from pytest_sme2.gates import Verdict
+    from pytest_sme2.history import HistoryLog
     from pytest_sme2.measure import MachineSpeed
     from pytest_sme2.models import ModelSpec
     from pytest_sme2.result import Measurement
@@ -377,6 +380,28 @@ def sme2_baseline(sme2_baseline_path: Path) -> Baseline | None:
     return _or_fail(lambda: load(sme2_baseline_path))
 
 
+@pytest.fixture(scope="session")
+def sme2_history(
+    pytestconfig: pytest.Config, sme2_settings: Settings
+) -> Iterator[HistoryLog | None]:
+    """This session's (and xdist worker's) history file under ``--sme2-history``, else None.
+
+    The commit is read once, from the git repository of the rootdir: with no git or no
+    repository the records carry none, and one warning says so; it never fails a test.
+    """
+    if sme2_settings.history is None:
+        yield None
+        return
+    from pytest_sme2.history import HistoryLog, HistoryWarning, git_state
+
+    git, warning = git_state(pytestconfig.rootpath)
+    if warning:
+        warnings.warn(HistoryWarning(warning), stacklevel=1)
+    log = HistoryLog(sme2_settings.history, git, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    yield log
+    log.close()
+
+
 @pytest.fixture
 def sme2_judge(
     request: pytest.FixtureRequest,
@@ -389,6 +414,7 @@ def sme2_judge(
     sme2_reference: tuple[Path, Path],
     sme2_artifacts_dir: Path,
     sme2_machine_speed: MachineSpeed,
+    sme2_history: HistoryLog | None,
 ) -> Callable[[Measurement], tuple[Verdict, ...]]:
     """``sme2_judge(measurement)`` judges every gate, writes/updates the baseline as asked, and
     fails the test with reviewer sentences when a gate fails (or is skipped under --sme2-strict).
@@ -460,6 +486,14 @@ def sme2_judge(
         if decision.remeasured_after is not None:
             node.user_properties.append(("sme2 re-measured after", decision.remeasured_after))
         node.user_properties += [("sme2 baseline change", c) for c in decision.changes]
+        if sme2_history is not None:
+            node.stash[HISTORY_KEY] = sme2_history.record(
+                decision.measurement,
+                decision.verdicts,
+                device=sme2_case.device.id,
+                nodeid=node.nodeid,
+                artifacts=sme2_artifacts_dir,
+            )
         add_benchmarks(request.config, node.nodeid, decision.measurement)
         if decision.failure:
             pytest.fail(decision.failure, pytrace=False)

@@ -66,6 +66,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict", False, "treat a skipped gate (device cannot measure it) as a failure", "bool"),
     Option("artifacts", "", "directory for traces and run artifacts (default: pytest's basetemp)"),
     Option(
+        "history",
+        "",
+        "directory that keeps one record per judged case (commit, device, verdicts), a file per "
+        "session and worker; `sme2 history DIR` draws the trends",
+    ),
+    Option(
         "share-tolerance", "5", "allowed move of a category share, in percentage points", "float"
     ),
     Option(
@@ -133,6 +139,8 @@ class Settings:
     #: ``--sme2-calibrate``: measurements per case of an A/A calibration, 0 when not calibrating
     calibrate_runs: int
     artifacts: Path | None
+    #: where every judged case's history record goes (``--sme2-history``), None: nowhere
+    history: Path | None
     tolerances: Tolerances
     classifier: Classifier
 
@@ -215,7 +223,7 @@ def resolve(
     unknown = sorted(set(dtypes) - set(DTYPES))
     if unknown:
         raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
-    artifacts = values["sme2_artifacts"]
+    artifacts, history = values["sme2_artifacts"], values["sme2_history"]
     calibrate_runs = values["sme2_calibrate"]
     if calibrate_runs < 0 or calibrate_runs == 1:
         raise ConfigError(
@@ -245,6 +253,7 @@ def resolve(
         strict=values["sme2_strict"],
         calibrate_runs=calibrate_runs,
         artifacts=Path(artifacts) if artifacts else None,
+        history=Path(history) if history else None,
         tolerances=Tolerances(
             share_points=values["sme2_share_tolerance"],
             latency_percent=values["sme2_latency_tolerance"],

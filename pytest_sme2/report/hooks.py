@@ -25,15 +25,22 @@ from pytest_sme2.cache import write_atomic
 from pytest_sme2.keys import (
     ARTIFACTS_DIR_KEY,
     BASELINE_CHANGES_KEY,
+    HISTORY_KEY,
     MEASUREMENT_KEY,
     SETTINGS_KEY,
     VERDICTS_KEY,
 )
 
 if TYPE_CHECKING:
+    from pytest_sme2.history import HistoryRecord
     from pytest_sme2.report.markdown import SessionEntry
 
 SESSION_REPORT_NAME = "report.md"
+
+
+def _series_key(record: HistoryRecord) -> tuple[str, str, str, int]:
+    m = record.measurement
+    return (record.device, m.model, m.dtype, m.threads)
 
 
 class ReportPlugin:
@@ -50,6 +57,10 @@ class ReportPlugin:
         self.skipped: set[str] = set()
         self.baseline_changes: list[tuple[str, tuple[str, ...]]] = []  # (path, changes)
         self.untimed: Counter[str] = Counter()  # machine class → cases with no time record
+        # --sme2-history: its records, read on the first judged case and then kept up to date
+        self.history: list[HistoryRecord] | None = None
+        self.history_page: Path | None = None
+        self.history_problems: tuple[str, ...] = ()
 
     def _manifest_config(self, item: pytest.Item, threads: int) -> dict[str, Any]:
         """The settings that shaped this measurement, for manifest.json."""
@@ -123,9 +134,36 @@ class ReportPlugin:
             report.sme2_baseline_changes = (shown, tuple(changes))
         html_plugin = self.config.pluginmanager.getplugin("html")
         if html_plugin is not None:
-            extra = html_plugin.extras.html(extra_html(m, verdicts, charts, links))
+            block = extra_html(m, verdicts, charts, links)
+            record = item.stash.get(HISTORY_KEY, None)
+            if record is not None:
+                block += self._trend(record)
+            extra = html_plugin.extras.html(block)
             report.extras = [*getattr(report, "extras", []), extra]
         return report
+
+    def _history_dir(self) -> Path | None:
+        directory = self.config.getoption("sme2_history", None) or self.config.getini(
+            "sme2_history"
+        )
+        return Path(directory) if directory else None
+
+    def _trend(self, record: HistoryRecord) -> str:
+        """The case's last commits inline, linked to its section of the history page (written
+        into the history directory when the session ends)."""
+        from pytest_sme2.history import PAGE_NAME, build_series, commit_ranks, read_history
+        from pytest_sme2.report.history import trend_html
+
+        directory = self._history_dir()
+        assert directory is not None, "a history record is only written under --sme2-history"
+        if self.history is None:  # the first time: everything so far, this record included
+            self.history = list(read_history(directory).records)
+        else:
+            self.history.append(record)
+        same = [r for r in self.history if _series_key(r) == _series_key(record)]
+        ranks, _ = commit_ranks(same, self.config.rootpath)
+        (series,) = build_series(same, ranks)
+        return trend_html(series, f"{self._href(directory / PAGE_NAME)}#{series.anchor}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -200,9 +238,19 @@ class ReportPlugin:
         return entries
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Write the session report.md above the device folders (not on xdist workers)."""
+        """Write the session report.md above the device folders, and the history page into the
+        history directory (not on xdist workers)."""
         if hasattr(self.config, "workerinput") or not self.dirs:
             return
+        history = self._history_dir()
+        if history is not None and history.is_dir():
+            from pytest_sme2.history import PAGE_NAME, trends
+            from pytest_sme2.report.history import write_history
+
+            found = trends(history, self.config.rootpath)
+            self.history_problems = found.problems
+            write_history(found, history / PAGE_NAME, None)
+            self.history_page = history / PAGE_NAME
         from pytest_sme2.report.markdown import session_report
 
         entries = self.entries
@@ -233,6 +281,10 @@ class ReportPlugin:
             terminalreporter.write_line(line)
         if self.session_report is not None:
             terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")
+        if self.history_page is not None:
+            terminalreporter.write_line(f"pytest-sme2 history page: {self.history_page}")
+        for line in self.history_problems:
+            terminalreporter.write_line(f"pytest-sme2 history: {line}", yellow=True)
         if self.session_report_error:
             terminalreporter.write_line(self.session_report_error, red=True)
         if self.baseline_changes:

@@ -1,0 +1,700 @@
+"""History: every judged case kept, one JSON line each, so that trends and steps can be drawn.
+
+A session given ``--sme2-history=DIR`` appends one :class:`HistoryRecord` per judged case to a file
+of its own, ``DIR/<utc time>-<host>-<pid>-<worker>.jsonl``: opened for appending, one line per
+case, flushed per line, never rewritten. Why one file per session and xdist worker: CI jobs on
+different runners each upload theirs, and a later job merges them by copying the files into one
+directory — no two writers ever share a file, so nothing needs a lock or a merge step (asv keeps
+its results the same way).
+
+A record is the lossless case record (:class:`pytest_sme2.result.Measurement`) plus where it was
+taken: the commit, branch and dirty flag of the project's git repository, the UTC time, the device
+spec, the machine class and the gates' verdicts. Each line carries ``schema_version``; the reader
+loads older schemas through :data:`UPGRADES` and names a record of a newer one instead of
+guessing at it.
+
+Reading is forgiving by design: a truncated or foreign file, a newer schema, a commit the
+repository does not have (a shallow clone), no git at all each give one line naming the file or
+the cause (:attr:`History.problems`), and the page is built from the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from pytest_sme2.errors import Sme2Error
+from pytest_sme2.gates import Verdict
+from pytest_sme2.result import Measurement
+
+if TYPE_CHECKING:
+    from pytest_sme2.analysis import Profile
+    from pytest_sme2.baseline import Tolerances
+
+#: The record layout written now. A change of layout bumps it and adds the step from the version
+#: before to :data:`UPGRADES`, so every record ever written stays readable.
+SCHEMA_VERSION = 1
+#: schema version → the function lifting a record's JSON of that version to the next one
+UPGRADES: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+#: A history file's name ends so.
+SUFFIX = ".jsonl"
+#: The trend page a session writes into its history directory: the one other file expected there.
+PAGE_NAME = "index.html"
+
+
+def package_version() -> str:
+    try:
+        return version("pytest-sme2")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class GitState:
+    """Which commit of the project a session measured. All None where there is no repository."""
+
+    commit: str | None = None
+    branch: str | None = None
+    #: tracked files differ from the commit (untracked files, such as run artifacts, do not count)
+    dirty: bool | None = None
+    #: the commit's committer time, ISO 8601: orders commits when the repository is not at hand
+    commit_time: str | None = None
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip()
+
+
+def git_state(root: Path) -> tuple[GitState, str | None]:
+    """The git state of the repository holding ``root``, and a warning line when there is none.
+
+    A CI checkout is a detached HEAD: the branch is then taken from GitHub's ``GITHUB_HEAD_REF``
+    (a pull request) or ``GITHUB_REF_NAME``, else left None.
+    """
+    try:
+        commit = _git(root, "rev-parse", "HEAD")
+        branch: str | None = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+        dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+        commit_time = _git(root, "show", "-s", "--format=%cI", "HEAD")
+    except FileNotFoundError:
+        return GitState(), f"no git: history records of {root} carry no commit"
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+        cause = (getattr(err, "stderr", "") or "").strip().splitlines()
+        why = cause[-1] if cause else str(err)
+        return GitState(), f"{root} is not a git commit ({why}): history records carry no commit"
+    if branch == "HEAD":
+        branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or None
+    return GitState(commit, branch, dirty, commit_time), None
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One judged case: the case record, the verdicts, and where and when it was taken."""
+
+    measurement: Measurement
+    verdicts: tuple[Verdict, ...]
+    git: GitState
+    #: when the case was judged (UTC)
+    time: datetime
+    #: the device spec the session ran it on (``qemu-sme2:vl=32``)
+    device: str
+    nodeid: str
+    #: the test's artifact directory: the record's file paths are relative to it
+    artifacts: Path
+    pytest_sme2: str = field(default_factory=package_version)
+
+    @property
+    def class_id(self) -> str:
+        return self.measurement.device.class_id
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.measurement
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "pytest_sme2": self.pytest_sme2,
+            "time": self.time.isoformat(),
+            "commit": self.git.commit,
+            "branch": self.git.branch,
+            "dirty": self.git.dirty,
+            "commit_time": self.git.commit_time,
+            "device": self.device,
+            "class_id": m.device.class_id,
+            "machine_class": dict(m.device.machine_class),
+            "nodeid": self.nodeid,
+            "artifacts": str(self.artifacts),
+            "measurement": m.to_json(self.artifacts),
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HistoryRecord:
+        """A record of any schema this version knows; :class:`HistoryError` names what is not."""
+        if not isinstance(data, Mapping) or "schema_version" not in data:
+            raise HistoryError("not a pytest-sme2 history record")
+        schema = data["schema_version"]
+        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+            raise HistoryError(
+                f"schema {schema} is newer than this pytest-sme2 ({package_version()}) reads "
+                f"({SCHEMA_VERSION}): upgrade pytest-sme2"
+            )
+        doc = dict(data)
+        while schema < SCHEMA_VERSION:
+            doc = UPGRADES[schema](doc)
+            schema += 1
+        artifacts = Path(doc["artifacts"])
+        return cls(
+            measurement=Measurement.from_json(doc["measurement"], artifacts),
+            verdicts=tuple(Verdict.from_json(v) for v in doc["verdicts"]),
+            git=GitState(doc["commit"], doc["branch"], doc["dirty"], doc["commit_time"]),
+            time=datetime.fromisoformat(doc["time"]),
+            device=doc["device"],
+            nodeid=doc["nodeid"],
+            artifacts=artifacts,
+            pytest_sme2=doc["pytest_sme2"],
+        )
+
+
+class HistoryError(Sme2Error):
+    """A history line that cannot be read, and why (one line)."""
+
+
+class HistoryWarning(UserWarning):
+    """The session's history records carry no commit (no git, or not a repository)."""
+
+
+def session_file_name(now: datetime, worker: str) -> str:
+    """``20261124T044300Z-runner-1234-gw0.jsonl``: sorted by time, unique per session and worker,
+    so files copied together from many CI runners never collide."""
+    host = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in socket.gethostname())
+    return f"{now:%Y%m%dT%H%M%SZ}-{host or 'host'}-{os.getpid()}-{worker}{SUFFIX}"
+
+
+class HistoryLog:
+    """This session's (and worker's) history file, created on the first record.
+
+    Append-only and flushed per line: a session killed half way leaves every judged case
+    recorded and at worst one truncated last line, which the reader names and skips.
+    """
+
+    def __init__(self, directory: Path, git: GitState, worker: str = "main") -> None:
+        self.directory = directory
+        self.git = git
+        self.worker = worker
+        self._file: IO[str] | None = None
+        self.path: Path | None = None
+
+    def append(self, record: HistoryRecord) -> None:
+        if self._file is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.path = self.directory / session_file_name(datetime.now(UTC), self.worker)
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def record(
+        self,
+        measurement: Measurement,
+        verdicts: Sequence[Verdict],
+        *,
+        device: str,
+        nodeid: str,
+        artifacts: Path,
+    ) -> HistoryRecord:
+        """Append the record of one judged case, taken now, at this session's commit."""
+        record = HistoryRecord(
+            measurement=measurement,
+            verdicts=tuple(verdicts),
+            git=self.git,
+            time=datetime.now(UTC),
+            device=device,
+            nodeid=nodeid,
+            artifacts=artifacts.resolve(),
+        )
+        self.append(record)
+        return record
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass(frozen=True)
+class History:
+    """The readable records of a history directory, and one line per thing that was not."""
+
+    records: tuple[HistoryRecord, ...]
+    problems: tuple[str, ...]
+
+
+def read_history(directory: Path) -> History:
+    """Every record of every ``*.jsonl`` file under ``directory`` (copied in from many runners,
+    perhaps in sub-directories, as ``actions/download-artifact`` lays them out).
+
+    A file with unreadable lines (truncated by a killed session, not JSON, not a record, a newer
+    schema) gives one line naming it, the first cause and how many lines were skipped; its
+    readable lines are kept.
+    """
+    if not directory.is_dir():
+        raise HistoryError(f"{directory}: no such history directory")
+    records: list[HistoryRecord] = []
+    problems: list[str] = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        if path.suffix != SUFFIX:
+            if path.name != PAGE_NAME:
+                problems.append(f"{path}: not a history file (*{SUFFIX}); skipped")
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            problems.append(f"{path}: unreadable ({err}); skipped")
+            continue
+        bad: list[str] = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(HistoryRecord.from_json(json.loads(line)))
+            except json.JSONDecodeError:
+                last = number == len(lines)
+                bad.append(f"line {number} is {'truncated' if last else 'not JSON'}")
+            except HistoryError as err:
+                bad.append(f"line {number}: {err}")
+            except (KeyError, TypeError, ValueError) as err:
+                bad.append(f"line {number} is not a pytest-sme2 history record ({err!r})")
+        if bad:
+            more = f" ({len(bad)} line(s) skipped)" if len(bad) > 1 else ""
+            problems.append(f"{path}: {bad[0]}{more}; the rest is used")
+    return History(tuple(records), tuple(problems))
+
+
+# --- commits in order -------------------------------------------------------------------------
+
+
+def _when(record: HistoryRecord) -> datetime:
+    """The commit's time where the record has it, else when the record was taken."""
+    if record.git.commit_time:
+        return datetime.fromisoformat(record.git.commit_time)
+    return record.time
+
+
+def commit_ranks(
+    records: Sequence[HistoryRecord], repo: Path | None
+) -> tuple[dict[str, float], tuple[str, ...]]:
+    """Each recorded commit's place in history, and one line per reason the order is a guess.
+
+    The order is the repository's (``git rev-list --topo-order``): commit times are only a
+    second apart at best and a rebase rewrites them. A commit the repository lacks (a shallow
+    clone, a branch not fetched) is placed after the last known commit that is not newer than
+    it; with no repository at all every commit is placed by its time.
+    """
+    times: dict[str, datetime] = {}
+    for record in records:
+        if record.git.commit is not None:
+            times[record.git.commit] = min(
+                times.get(record.git.commit, _when(record)), _when(record)
+            )
+    if not times:
+        return {}, ()
+    by_time = sorted(times, key=lambda c: times[c])
+    listed: list[str] = []
+    problem = ""
+    if repo is None:
+        problem = "no repository given: commits are ordered by their commit time"
+    else:
+        try:
+            listed = _git(repo, "rev-list", "--topo-order", "--reverse", "--all").split()
+        except FileNotFoundError:
+            problem = "no git: commits are ordered by their commit time"
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+            lines = (getattr(err, "stderr", "") or "").strip().splitlines()
+            problem = (
+                f"{repo} is not a git repository ({lines[-1] if lines else err}): commits are "
+                "ordered by their commit time"
+            )
+    if problem:
+        return {c: float(i) for i, c in enumerate(by_time)}, (problem,)
+    index = {c: i for i, c in enumerate(listed)}
+    ranks = {c: float(index[c]) for c in times if c in index}
+    missing = [c for c in by_time if c not in index]
+    for order, commit in enumerate(missing):
+        before = [ranks[c] for c in ranks if c in index and times[c] <= times[commit]]
+        # after the last known commit not newer than it; missing ones keep their time order
+        ranks[commit] = max(before, default=-1.0) + 0.5 + order / (2 * len(missing) + 2)
+    problems: tuple[str, ...] = ()
+    if missing:
+        problems = (
+            f"{len(missing)} commit(s) not in the repository at {repo} (a shallow clone?): "
+            f"{', '.join(c[:7] for c in missing)}; placed by their commit time",
+        )
+    return ranks, problems
+
+
+# --- series and steps ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Point:
+    """One commit of one case on one device: every record taken there (several sessions, or a
+    re-run), summarised by the median of each quantity."""
+
+    label: str  # the short commit SHA ("+dirty" when the tree was), or the record time
+    commit: str | None
+    records: tuple[HistoryRecord, ...]
+
+    @property
+    def last(self) -> HistoryRecord:
+        return max(self.records, key=lambda r: r.time)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number drawn over commits, and the smallest move of it that counts as a step."""
+
+    key: str
+    #: what it is, for a sentence: "instructions (sme2-on)", "Convolution share"
+    label: str
+    value: Callable[[Measurement], float | None]
+    #: True: steps are relative (a fraction of the level before); False: absolute points
+    relative: bool
+    floor: float
+    #: the variant whose categories explain a step, where one does
+    variant: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a quantity moved beyond its noise: the first commit at its new level."""
+
+    case: str  # "small fp32"
+    device: str
+    quantity: Quantity
+    index: int  # the point where the new level starts
+    at: str
+    before: float
+    after: float
+    cause: str = ""
+    reverted_at: str | None = None
+    #: the point where the revert starts
+    reverted_index: int | None = None
+
+    @property
+    def change(self) -> float:
+        """Relative change (fraction) or points, as the quantity measures it."""
+        return (
+            (self.after / self.before - 1.0) if self.quantity.relative else self.after - self.before
+        )
+
+    def sentence(self) -> str:
+        amount = (
+            f"{100 * self.change:+.1f} %"
+            if self.quantity.relative
+            else f"{self.change:+.1f} points"
+        )
+        text = f"{self.case} on {self.device}: {self.quantity.label} {amount} at {self.at}"
+        if self.cause:
+            text += f" ({self.cause})"
+        if self.reverted_at:
+            text += f", reverted at {self.reverted_at}"
+        return text
+
+
+def _instructions(variant: str) -> Callable[[Measurement], float | None]:
+    def value(m: Measurement) -> float | None:
+        vm = next((vm for v, vm in m.variants.items() if str(v) == variant), None)
+        evidence = vm.evidence if vm is not None else None
+        return float(evidence.instructions) if evidence and evidence.instructions else None
+
+    return value
+
+
+def _e2e(variant: str) -> Callable[[Measurement], float | None]:
+    import statistics
+
+    def value(m: Measurement) -> float | None:
+        vm = next((vm for v, vm in m.variants.items() if str(v) == variant), None)
+        if vm is None or not m.device.time_meaningful or not vm.latencies_ms:
+            return None
+        return statistics.median(vm.latencies_ms)
+
+    return value
+
+
+def _speedup(m: Measurement) -> float | None:
+    """off ÷ on: the median latency ratio where time means something, else the instruction
+    ratio (emulation: time is no signal, the work done is)."""
+    if m.device.time_meaningful:
+        return m.comparison.speedup.value if m.comparison is not None else None
+    return m.instruction_ratio
+
+
+def _share(category: str) -> Callable[[Measurement], float | None]:
+    def value(m: Measurement) -> float | None:
+        return 100.0 * m.variants[m.headline].profile.shares[category]
+
+    return value
+
+
+def quantities(tolerances: Tolerances | None = None) -> tuple[Quantity, ...]:
+    """Everything the page draws and finds steps in, each with the gate's tolerance as the floor
+    of a step: a move the gate lets pass is not a step either (``baseline.Tolerances``)."""
+    from pytest_sme2.baseline import Tolerances
+    from pytest_sme2.categories import CATEGORIES
+
+    t = tolerances or Tolerances()
+    found: list[Quantity] = []
+    for variant in ("sme2-on", "sme2-off"):
+        found.append(
+            Quantity(
+                f"e2e {variant}",
+                f"E2E median ({variant})",
+                _e2e(variant),
+                True,
+                t.latency_percent / 100,
+                variant,
+            )
+        )
+        found.append(
+            Quantity(
+                f"instructions {variant}",
+                f"instructions ({variant})",
+                _instructions(variant),
+                True,
+                t.instruction_percent / 100,
+                variant,
+            )
+        )
+    found.append(Quantity("speedup", "speedup", _speedup, True, t.speedup_percent / 100))
+    found += [
+        Quantity(f"share {c}", f"{c} share", _share(c), False, t.share_points, None)
+        for c in CATEGORIES
+    ]
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One case on one device over commits, in commit order."""
+
+    case: str
+    device: str
+    points: tuple[Point, ...]
+
+    @property
+    def anchor(self) -> str:
+        """The series' id in the page, which the pytest-html report links to."""
+        return series_anchor(self.case, self.device)
+
+    def values(self, quantity: Quantity) -> list[float | None]:
+        import statistics
+
+        out: list[float | None] = []
+        for point in self.points:
+            found = [v for r in point.records if (v := quantity.value(r.measurement)) is not None]
+            out.append(statistics.median(found) if found else None)
+        return out
+
+    @property
+    def counts_instructions(self) -> bool:
+        return not self.points[-1].last.measurement.device.time_meaningful
+
+    def named(self, quantity: Quantity) -> Quantity:
+        """``quantity`` as this series calls it: its speedup is the instruction ratio where time
+        is emulated."""
+        if quantity.key == "speedup" and self.counts_instructions:
+            return replace(quantity, label="instruction ratio")
+        return quantity
+
+
+def series_anchor(case: str, device: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in f"{case}-{device}")
+
+
+def case_name(m: Measurement) -> str:
+    threads = "" if m.threads == 1 else f" ×{m.threads} threads"
+    return f"{m.model} {m.dtype}{threads}"
+
+
+def build_series(
+    records: Sequence[HistoryRecord], ranks: Mapping[str, float]
+) -> tuple[Series, ...]:
+    """Records grouped by case × device, one point per commit (a dirty tree apart from its
+    commit), in commit order; records without a commit are points of their own, by time."""
+    groups: dict[tuple[str, str], dict[str, list[HistoryRecord]]] = {}
+    for record in records:
+        key = (case_name(record.measurement), record.device)
+        if record.git.commit is not None:
+            label = record.git.commit[:7] + ("+dirty" if record.git.dirty else "")
+        else:
+            label = f"{record.time:%Y-%m-%d %H:%M:%S}"
+        groups.setdefault(key, {}).setdefault(label, []).append(record)
+
+    def order(point: Point) -> tuple[float, datetime]:
+        first = min(r.time for r in point.records)
+        rank = ranks.get(point.commit, float("inf")) if point.commit else float("inf")
+        return (rank + (0.25 if point.label.endswith("+dirty") else 0.0), first)
+
+    series = []
+    for (case, device), by_label in sorted(groups.items()):
+        points = [Point(label, rs[0].git.commit, tuple(rs)) for label, rs in by_label.items()]
+        series.append(Series(case, device, tuple(sorted(points, key=order))))
+    return tuple(series)
+
+
+def _noise(values: Sequence[float]) -> float:
+    """The series' noise: the median absolute difference of neighbours, as a standard deviation
+    (robust: a step is one large difference among small ones)."""
+    import numpy as np
+
+    if len(values) < 3:
+        return 0.0
+    diffs = np.abs(np.diff(np.asarray(values)))
+    return float(np.median(diffs)) / (0.6745 * np.sqrt(2.0))
+
+
+def find_steps(series: Series, quantity: Quantity) -> list[Step]:
+    """The steps of one quantity of one series, found by PELT (``ruptures``) on the series' values.
+
+    The penalty is derived from the series' noise (``2 σ² ln n``, the BIC of a shift in mean).
+    Exact instruction counts have no noise at all, and then any difference would be a step: σ is
+    therefore never taken below a third of the gate's tolerance (1 % for instructions, 3 % for
+    time, 5 points for shares), and a step found is reported only when the levels on either side
+    differ by at least that tolerance — a move the gate lets pass is no step either.
+    """
+    import numpy as np
+    import ruptures
+
+    quantity = series.named(quantity)
+    raw = series.values(quantity)
+    known = [(i, v) for i, v in enumerate(raw) if v is not None]
+    if len(known) < 2:
+        return []
+    positions = [i for i, _ in known]
+    values = np.array([v for _, v in known], dtype=float)
+    scale = float(np.median(values)) if quantity.relative else 1.0
+    if quantity.relative and scale <= 0:
+        return []
+    y = values / scale
+    floor = quantity.floor if quantity.relative else quantity.floor / scale
+    sigma = max(_noise(y), floor / 3)
+    penalty = 2 * sigma**2 * np.log(len(y))
+    ends = ruptures.Pelt(model="l2", min_size=1, jump=1).fit(y.reshape(-1, 1)).predict(pen=penalty)
+    starts = [0, *ends[:-1]]
+    levels = [float(np.median(values[s:e])) for s, e in zip(starts, ends, strict=True)]
+    steps: list[Step] = []
+    for k in range(1, len(levels)):
+        before, after = levels[k - 1], levels[k]
+        moved = abs(after / before - 1) if quantity.relative and before else abs(after - before)
+        if moved < quantity.floor:
+            continue
+        at = positions[starts[k]]
+        steps.append(
+            Step(
+                case=series.case,
+                device=series.device,
+                quantity=quantity,
+                index=at,
+                at=series.points[at].label,
+                before=before,
+                after=after,
+                cause=_cause(
+                    series, quantity, positions[starts[k - 1]], at, positions[ends[k] - 1]
+                ),
+            )
+        )
+    return _mark_reverts(steps, quantity)
+
+
+def _mark_reverts(steps: list[Step], quantity: Quantity) -> list[Step]:
+    """A step that a later one takes back (the level returns to within the floor of where it
+    was) is shown once, "reverted at" the later commit."""
+    kept: list[Step] = []
+    for step in steps:
+        undone = next(
+            (
+                i
+                for i, earlier in enumerate(kept)
+                if earlier.reverted_at is None
+                and (earlier.after - earlier.before) * (step.after - step.before) < 0
+                and _close(earlier.before, step.after, quantity)
+            ),
+            None,
+        )
+        if undone is None:
+            kept.append(step)
+        else:
+            kept[undone] = replace(kept[undone], reverted_at=step.at, reverted_index=step.index)
+    return kept
+
+
+def _close(a: float, b: float, quantity: Quantity) -> bool:
+    if quantity.relative:
+        return abs(b / a - 1) < quantity.floor if a else a == b
+    return abs(b - a) < quantity.floor
+
+
+def _cause(series: Series, quantity: Quantity, first: int, at: int, last: int) -> str:
+    """What moved with a step: the category (and operator) of the variant's profile that grew or
+    shrank most from the commit before the step to the step's commit."""
+    if quantity.variant is None:
+        return ""
+    before = _variant_profile(series.points[at - 1], quantity.variant)
+    after = _variant_profile(series.points[at], quantity.variant)
+    if before is None or after is None:
+        return ""
+    change = {
+        c: after.categories_ms[c] - before.categories_ms.get(c, 0.0) for c in after.categories_ms
+    }
+    rising = sum(change.values()) >= 0
+    category = max(change, key=lambda c: change[c] if rising else -change[c])
+    ops_before = {op.name: op.per_run_ms for op in before.operators}
+    op_change = {
+        op.name: op.per_run_ms - ops_before.get(op.name, 0.0)
+        for op in after.operators
+        if op.category == category
+    }
+    text = f"{category} {'grew' if rising else 'shrank'}"
+    if op_change:
+        op = max(op_change, key=lambda name: op_change[name] if rising else -op_change[name])
+        text += f", most in {op}"
+    return text
+
+
+def _variant_profile(point: Point, variant: str) -> Profile | None:
+    vm = next((vm for v, vm in point.last.measurement.variants.items() if str(v) == variant), None)
+    return vm.profile if vm is not None else None
+
+
+@dataclass(frozen=True)
+class Trends:
+    """What ``sme2 history`` shows: every series, its steps, and what could not be read."""
+
+    series: tuple[Series, ...]
+    steps: tuple[Step, ...]
+    problems: tuple[str, ...]
+    records: int
+
+
+def trends(directory: Path, repo: Path | None, tolerances: Tolerances | None = None) -> Trends:
+    """A history directory → series per case × device in commit order, with their steps."""
+    history = read_history(directory)
+    ranks, order_problems = commit_ranks(history.records, repo)
+    series = build_series(history.records, ranks)
+    steps = [
+        step
+        for s in series
+        for quantity in quantities(tolerances)
+        for step in find_steps(s, quantity)
+    ]
+    return Trends(series, tuple(steps), history.problems + order_problems, len(history.records))
