@@ -699,6 +699,7 @@ def decide(
     update: bool,
     strict: bool,
     remeasure: Remeasure | None,
+    set_aside: str | None = None,
 ) -> Decision:
     """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
 
@@ -706,11 +707,13 @@ def decide(
     into the stored one (``baseline.merge``: only what moved beyond tolerance changes) and judged
     against the result; a missing baseline fails the test once, so that a reviewer commits it. A
     baseline just written has nothing to confirm, so only otherwise is a failure of time gates
-    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too.
+    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too. ``set_aside`` is
+    the line saying where an invalid stored file went (``baseline.read``): the first change.
     """
     baseline, changes = stored, ()
     if stored is None or update:
         baseline, changes = merge(stored, from_measurement(m, tolerances), tolerances)
+        changes = (set_aside, *changes) if set_aside else changes
     judgement = judge_confirmed(
         m, baseline, expectations, tolerances, None if changes else remeasure
     )

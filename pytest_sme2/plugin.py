@@ -26,7 +26,7 @@ from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis import Comparison
-    from pytest_sme2.baseline import Baseline
+    from pytest_sme2.baseline import Baseline, Stored
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
     from pytest_sme2.fleet import Fleet
@@ -369,11 +369,18 @@ def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
 
 
 @pytest.fixture
-def sme2_baseline(sme2_baseline_path: Path) -> Baseline | None:
-    """The stored baseline for this test, or None when there is none yet."""
-    from pytest_sme2.baseline import load
+def sme2_stored_baseline(sme2_baseline_path: Path, sme2_settings: Settings) -> Stored:
+    """What the baseline path holds; one line failing the test if it cannot be used (under
+    ``--sme2-update-baselines`` an invalid file is set aside instead, see ``baseline.read``)."""
+    from pytest_sme2.baseline import read
 
-    return _or_fail(lambda: load(sme2_baseline_path))
+    return _or_fail(lambda: read(sme2_baseline_path, update=sme2_settings.update_baselines))
+
+
+@pytest.fixture
+def sme2_baseline(sme2_stored_baseline: Stored) -> Baseline | None:
+    """The stored baseline for this test, or None when there is none yet."""
+    return sme2_stored_baseline.baseline
 
 
 @pytest.fixture
@@ -381,6 +388,7 @@ def sme2_judge(
     request: pytest.FixtureRequest,
     sme2_settings: Settings,
     sme2_baseline_path: Path,
+    sme2_stored_baseline: Stored,
     sme2_baseline: Baseline | None,
     sme2_measure: Callable[[str], Measurement],
     sme2_case: Case,
@@ -425,6 +433,7 @@ def sme2_judge(
             update=sme2_settings.update_baselines,
             strict=sme2_settings.strict,
             remeasure=remeasure,
+            set_aside=sme2_stored_baseline.set_aside,
         )
         if decision.baseline is not None:
             _or_fail(lambda: save(sme2_baseline_path, decision.baseline))
