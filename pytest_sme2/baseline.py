@@ -19,10 +19,8 @@ import functools
 import importlib.metadata
 import json
 import math
-import re
-import textwrap
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
@@ -38,6 +36,7 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.stats import LatencyStats, Ratio
+from pytest_sme2.validation import key_path, problem, validator
 
 SCHEMA_VERSION = 2
 #: The JSON Schema every baseline is validated against when read, and before it is written.
@@ -285,57 +284,16 @@ class NewerBaseline(ConfigError):
     (overwriting it would throw away what a newer pytest-sme2 recorded)."""
 
 
-class _NonFinite(str):
-    """``NaN``, ``Infinity`` or an overflowing literal (``1e400``) where a number should be.
-
-    Python's ``json`` reads these as floats that every comparison of a gate gets wrong (NaN is
-    never "moved"), so the loader keeps them as this non-number, and the schema's ``number``
-    types then name the key that holds one.
-    """
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def _parse_float(text: str) -> float | _NonFinite:
-    value = float(text)
-    return value if math.isfinite(value) else _NonFinite(text)
-
-
-def _parse_json(text: str) -> Any:
-    """JSON, with non-finite numbers kept as :class:`_NonFinite` for the schema to name."""
-    return json.loads(text, parse_constant=_NonFinite, parse_float=_parse_float)
-
-
 @functools.cache
 def _validator() -> jsonschema.protocols.Validator:
     """The validator of ``baseline_schema.json`` (the package's copy), built once."""
-    schema = json.loads(resources.files("pytest_sme2").joinpath(SCHEMA_FILE).read_text())
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
-def _key_path(path: Iterable[str | int]) -> str:
-    """``machines.amd-epyc-2c-1a2b.variants.sme2-off.latency.min_ms``: a key with a dot or a
-    space (an operator name) quoted, a list index in brackets."""
-    text = ""
-    for key in path:
-        if isinstance(key, int):
-            text += f"[{key}]"
-        else:
-            shown = key if re.fullmatch(r"[\w@=-]+", key) else json.dumps(key, ensure_ascii=False)
-            text += f".{shown}" if text else shown
-    return text or "(the document)"
+    return validator(json.loads(resources.files("pytest_sme2").joinpath(SCHEMA_FILE).read_text()))
 
 
 def schema_problem(doc: Any) -> str | None:
     """The one violation of the schema to tell a user (key path, value and rule), else None."""
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
-    if error is None:
-        return None
-    # jsonschema shows the offending value whole: a foreign document could fill a screen
-    return textwrap.shorten(f"{_key_path(error.absolute_path)}: {error.message}", 300)
+    found = problem(_validator(), doc)
+    return None if found is None else f"{key_path(found[0])}: {found[1]}"
 
 
 def load(path: Path) -> Baseline | None:
@@ -358,7 +316,7 @@ def load(path: Path) -> Baseline | None:
             "fix the path or point --sme2-baseline-dir elsewhere",
         ) from None
     try:
-        doc = _parse_json(text)
+        doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise InvalidBaseline(path, f"not valid JSON ({err.msg} at line {err.lineno})") from None
     except RecursionError:
@@ -481,7 +439,7 @@ def save(path: Path, b: Baseline) -> None:
     fails with one line naming the path. What would not be read back (a value outside the
     schema) is never written."""
     text = to_json(b)
-    problem = schema_problem(_parse_json(text))
+    problem = schema_problem(json.loads(text))
     if problem is not None:
         raise ConfigError(f"{path}: not writing a baseline that would not validate: {problem}")
     try:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
     from pytest_sme2.fleet import Fleet
-    from pytest_sme2.gates import Verdict
+    from pytest_sme2.gates import Expectations, Verdict
     from pytest_sme2.measure import MachineSpeed
     from pytest_sme2.models import ModelSpec
     from pytest_sme2.result import Measurement
@@ -155,37 +155,65 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One worker owns one real device: its cases form one xdist group (``--dist loadgroup``),
-    so no two of them ever run at once; an emulated device's cases may spread."""
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Check every test's ``sme2`` markers, and group each real device's cases.
+
+    A marker mistake (a misspelt keyword, a share given as text) is a collection error naming the
+    test, the keyword and the value, and the test is dropped: found before anything is exported
+    or measured, not as a traceback after minutes of emulation. One worker owns one real device:
+    its cases form one xdist group (``--dist loadgroup``), so no two of them ever run at once; an
+    emulated device's cases may spread.
+    """
+    from pytest_sme2.errors import ConfigError
     from pytest_sme2.fleet import xdist_group
 
+    reported: set[str] = set()
+    kept = []
     for item in items:
+        try:
+            _expectations(item)
+        except ConfigError as err:
+            test = _test_id(item)  # one line per test function, not per parametrized case
+            if test not in reported:
+                reported.add(test)
+                config.hook.pytest_collectreport(
+                    report=pytest.CollectReport(test, "failed", str(err), [])
+                )
+            continue
+        kept.append(item)
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("sme2_case") if callspec is not None else None
         group = xdist_group(case.device) if case is not None else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = kept
 
 
-def _expectations(node: pytest.Item) -> Any:
-    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key."""
+def _test_id(item: pytest.Item) -> str:
+    """The test function's node id, without the parametrization of this item."""
+    name = getattr(item, "originalname", item.name)
+    return f"{item.parent.nodeid}::{name}" if item.parent is not None else item.nodeid
+
+
+def _expectations(node: pytest.Item) -> Expectations:
+    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key;
+    a ConfigError naming the test, the keyword and the value for a mistake."""
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.gates import Expectations
 
     kwargs: dict[str, Any] = {}
     for marker in reversed(list(node.iter_markers("sme2"))):
         if marker.args:
-            raise pytest.UsageError(
-                f"{node.nodeid}: @pytest.mark.sme2 takes keyword arguments only"
+            raise ConfigError(
+                f"{_test_id(node)}: @pytest.mark.sme2{marker.args!r}: takes keyword arguments only"
             )
         kwargs.update(marker.kwargs)
     try:
-        return Expectations(**kwargs)
-    except TypeError as err:
-        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.sme2: {err}") from None
+        return Expectations.from_marker(kwargs)
     except ConfigError as err:
-        raise pytest.UsageError(f"{node.nodeid}: {err}") from None
+        raise ConfigError(f"{_test_id(node)}: @pytest.mark.sme2 {err}") from None
 
 
 @pytest.fixture(scope="session")
@@ -427,7 +455,8 @@ def sme2_judge(
         decision = decide(
             measurement,
             sme2_baseline,
-            _expectations(node),
+            # checked at collection; a marker applied since (request.applymarker) only now
+            _or_fail(lambda: _expectations(node)),
             sme2_settings.tolerances,
             path=sme2_baseline_path,
             update=sme2_settings.update_baselines,

@@ -89,9 +89,9 @@ def _stored(tmp_path: Path) -> tuple[Path, dict]:
 @pytest.mark.parametrize(
     ("value", "said"),
     [
-        ("NaN", "NaN is not of type 'number'"),
-        ("-Infinity", "-Infinity is not of type 'number'"),
-        ("1e999", "1e999 is not of type 'number'"),
+        ("NaN", "nan is not of type 'number'"),
+        ("-Infinity", "-inf is not of type 'number'"),
+        ("1e999", "inf is not of type 'number'"),
         ("-1", "-1 is less than or equal to the minimum of 0"),
         ("0", "0 is less than or equal to the minimum of 0"),
         ('"0.5"', "'0.5' is not of type 'number'"),
@@ -208,7 +208,7 @@ def test_under_update_an_invalid_file_is_set_aside_and_named(tmp_path):
     assert aside.read_text() == text
     assert stored.set_aside == (
         f"set aside the invalid baseline as {aside} (not a valid baseline: {_LATENCY}: "
-        "NaN is not of type 'number')"
+        "nan is not of type 'number')"
     )
 
 

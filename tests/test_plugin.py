@@ -372,7 +372,7 @@ def test_an_invalid_baseline_fails_in_one_line_and_update_sets_it_aside(pytester
     out = judged.stdout.str()
     assert "Traceback" not in out and "nan×" not in out
     assert (
-        f'{nan}: not a valid baseline: variants.sme2-off.operators."Bad (NC)": NaN is not of '
+        f'{nan}: not a valid baseline: variants.sme2-off.operators."Bad (NC)": nan is not of '
         "type 'number'; regenerate it with --sme2-update-baselines" in out
     )
     assert f"{newer}: baseline schema 3, written by pytest-sme2 9.0.0;" in out
@@ -385,3 +385,34 @@ def test_an_invalid_baseline_fails_in_one_line_and_update_sets_it_aside(pytester
     assert "judge this case with pytest-sme2 9.0.0" in updated.stdout.str()
     assert newer.read_text() == newer_text
     run(pytester, "--sme2-models=plug_a").assert_outcomes(passed=1)
+
+
+def test_marker_mistakes_are_collection_errors_before_anything_is_exported(
+    pytester, monkeypatch, tmp_path
+):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SME2_CACHE_DIR", str(cache))
+    make_suite(pytester, marker="speedup_flor=1.2")
+    pytester.makepyfile(
+        test_shares="""
+        import pytest
+
+        @pytest.mark.sme2(max_share={"Convolution": "high"})
+        def test_shares(sme2_measurement, sme2_judge):
+            sme2_judge(sme2_measurement)
+        """
+    )
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert (
+        "test_suite.py::test_model: @pytest.mark.sme2 speedup_flor=1.2: unknown keyword; "
+        "did you mean 'speedup_floor'?" in out
+    )
+    assert (
+        "test_shares.py::test_shares: @pytest.mark.sme2 max_share={'Convolution': 'high'}: "
+        "'high' is not of type 'number' (at max_share.Convolution)" in out
+    )
+    assert "Traceback" not in out and "2 errors during collection" in out
+    assert not [p for p in cache.rglob("*") if p.suffix in (".pte", ".etrecord")]
