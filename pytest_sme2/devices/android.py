@@ -31,7 +31,6 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
-from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import isa_features, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
@@ -702,7 +701,7 @@ class AndroidDevice(Device):
         threads: int,
         workdir: Path,
         *,
-        deadline: Deadline = DEFAULT_DEADLINE,  # no run of its own: kernels come from run()'s logs
+        timeout_s: float | None = None,  # no run of its own: kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
         kernels = self._kernels.get((model, variant))
