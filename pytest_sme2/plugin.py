@@ -8,6 +8,7 @@ cannot be broken by it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -134,13 +135,27 @@ def _settings(config: pytest.Config) -> Settings:
     from pytest_sme2.settings import resolve
 
     if SETTINGS_KEY not in config.stash:
-        config.stash[SETTINGS_KEY] = _or_fail(
+        settings = config.stash[SETTINGS_KEY] = _or_fail(
             lambda: resolve(config.getoption, config.getini, config.rootpath)
         )
+        _sweep_baselines(settings.baseline_dir)
         # a session that runs sme2 tests starts runners: SIGTERM must unwind it, not drop it
         # (an xdist controller installed it at configure time: installing again is a no-op)
         config.add_cleanup(unwind_on_sigterm())
     return config.stash[SETTINGS_KEY]
+
+
+def _sweep_baselines(directory: Path) -> None:
+    """Remove what a killed session left in the baselines (``cache.sweep_stranded``), said as
+    a warning: ``git add baselines/`` must never commit a half-way file."""
+    from pytest_sme2.cache import sweep_stranded
+
+    for path in sweep_stranded(directory):
+        warnings.warn(
+            f"pytest-sme2 removed {path}: a temporary file of a session killed while it wrote "
+            "the baseline (the baseline itself is as it was before)",
+            stacklevel=1,
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
