@@ -20,7 +20,8 @@ import pytest
 
 from pytest_sme2.baseline import load
 from pytest_sme2.cache import cache_root
-from pytest_sme2.runner.invoke import run_process
+from pytest_sme2.errors import RunnerError
+from pytest_sme2.runner.invoke import run_process, run_step
 from tests.inner import INNER_TEST, inner_conftest
 from tests.processes import processes_mentioning
 
@@ -445,3 +446,19 @@ def test_a_qemu_that_hangs_on_every_call_fails_the_case_naming_the_probe_within_
     case = next(ET.parse(junit).iter("testcase"))
     assert float(case.get("time")) < 120 and took < 180, (case.get("time"), took)
     assert _alive(marker) == [] and _alive(str(wrapper)) == []
+
+
+def test_a_hung_step_is_one_line_naming_the_step_its_deadline_and_the_command() -> None:
+    marker = "313.5735"
+    started = time.monotonic()
+    with pytest.raises(RunnerError) as caught:
+        run_step(["sh", "-c", f"echo probing >&2; exec sleep {marker}"], "the probe", timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert str(caught.value) == (
+        "the probe did not finish within its 1 s deadline: killed it; last output: probing; "
+        f"command: sh -c 'echo probing >&2; exec sleep {marker}'"
+    )
+    with pytest.raises(RunnerError, match=r"^the probe could not run \(No such file"):
+        run_step(["/nonexistent/qemu-aarch64"], "the probe", timeout_s=1)
+    time.sleep(0.2)
+    assert _alive(marker) == []

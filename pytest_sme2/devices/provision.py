@@ -30,9 +30,7 @@ import importlib.metadata
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,6 +67,7 @@ _PROBE_TIMEOUT_S = 30
 _COMPILE_TIMEOUT_S = 120
 _APT_UPDATE_TIMEOUT_S = 300
 _DOWNLOAD_TIMEOUT_S = 900
+_EXTRACT_TIMEOUT_S = 120
 # Prints the two capability words cpuinfo (hence XNNPACK) decides by, in hex.
 _PROBE_SOURCE = """\
 #include <stdio.h>
@@ -294,22 +293,13 @@ def _fetch_qemu(out: Path, shim: Path, probe: Path, log: Callable[[str], None]) 
 
 
 def _extract_from_deb(deb: Path, member: str, dest: Path) -> None:
-    """Stream one file out of a .deb's data archive (the other 40 emulators stay packed)."""
-    command = ["dpkg-deb", "--fsys-tarfile", str(deb)]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        assert proc.stdout is not None
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            for info in archive:
-                if info.name == member:
-                    source = archive.extractfile(info)
-                    assert source is not None
-                    with dest.open("wb") as sink:
-                        shutil.copyfileobj(source, sink)
-                    break
-        proc.stdout.close()
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if not dest.is_file():
-        raise RunnerError(f"{deb.name}: no {member} in it ({_tail(stderr)})")
+    """Stream one file out of a .deb's data archive (the other 40 emulators stay packed): one
+    pipeline under one deadline, killed with its process group if it hangs."""
+    pipeline = 'dpkg-deb --fsys-tarfile "$0" | tar -xOf - "$1" > "$2"'
+    command = ["sh", "-c", pipeline, str(deb), member, str(dest)]
+    result = run_step(command, f"extracting {member} from {deb.name}", timeout_s=_EXTRACT_TIMEOUT_S)
+    if result.returncode != 0 or not dest.is_file() or dest.stat().st_size == 0:
+        raise RunnerError(f"{deb.name}: no {member} in it ({_tail(result.stderr)})")
     dest.chmod(0o755)
 
 
