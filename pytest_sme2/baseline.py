@@ -15,13 +15,19 @@ record as it was, so ``git diff baselines/`` shows what really moved, and report
 from __future__ import annotations
 
 import enum
+import functools
+import importlib.metadata
 import json
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import jsonschema
 
 from pytest_sme2.analysis import Profile
 from pytest_sme2.cache import write_atomic
@@ -30,8 +36,13 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.stats import LatencyStats, Ratio
+from pytest_sme2.validation import key_path, problem, validator
 
 SCHEMA_VERSION = 2
+#: The JSON Schema every baseline is validated against when read, and before it is written.
+SCHEMA_FILE = "baseline_schema.json"
+#: What an invalid baseline's line advises.
+REGENERATE = "regenerate it with --sme2-update-baselines (which sets the invalid file aside)"
 
 
 def stable(value: float) -> float:
@@ -299,79 +310,125 @@ def from_measurement(m: Measurement, tolerances: Tolerances) -> Baseline:
 
 
 def to_json(b: Baseline) -> str:
-    doc = {"schema_version": SCHEMA_VERSION, **asdict(b)}
+    """The file's text; ``written_by`` names the pytest-sme2 that wrote it, so that a later one
+    that meets a newer schema can say which version reads it."""
+    doc = {"schema_version": SCHEMA_VERSION, "written_by": package_version(), **asdict(b)}
     for record in doc["machines"].values():
         if record["calibration"] is None:  # uncalibrated records keep the shape they always had
             del record["calibration"]
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _require(doc: Mapping[str, Any], key: str, path: Path) -> Any:
-    if key not in doc:
-        raise ConfigError(
-            f"{path}: baseline has no {key!r}; regenerate it with --sme2-update-baselines"
-        )
-    return doc[key]
+@functools.cache
+def package_version() -> str:
+    """This pytest-sme2's version, as installed."""
+    return importlib.metadata.version("pytest-sme2")
+
+
+class InvalidBaseline(ConfigError):
+    """A baseline that cannot be used: unreadable, not JSON, or not what the schema allows.
+
+    ``--sme2-update-baselines`` sets such a file aside and writes a fresh one (:func:`read`)."""
+
+    def __init__(self, path: Path, problem: str, advice: str = REGENERATE) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}; {advice}")
+
+
+class NewerBaseline(ConfigError):
+    """A baseline of a newer schema than this pytest-sme2 reads: never judged, never replaced
+    (overwriting it would throw away what a newer pytest-sme2 recorded)."""
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    """The validator of ``baseline_schema.json`` (the package's copy), built once."""
+    return validator(json.loads(resources.files("pytest_sme2").joinpath(SCHEMA_FILE).read_text()))
+
+
+def schema_problem(doc: Any) -> str | None:
+    """The one violation of the schema to tell a user (key path, value and rule), else None."""
+    found = problem(_validator(), doc)
+    return None if found is None else f"{key_path(found[0])}: {found[1]}"
 
 
 def load(path: Path) -> Baseline | None:
-    """The baseline at ``path``, None if there is none; a clear error if it is unreadable."""
+    """The baseline at ``path``, None if there is none.
+
+    A file that cannot be used is :class:`InvalidBaseline` (one line: the file, the key path, the
+    value), one of a newer schema :class:`NewerBaseline`: validated against the schema before
+    anything is built from it, so no stored value (NaN, a negative or zero latency, a string) can
+    switch a gate off or end in a traceback.
+    """
     try:
         text = path.read_text()
     except FileNotFoundError:
         return None
-    except OSError as err:  # a file where a directory should be, no permission, an I/O error
-        raise ConfigError(
-            f"{path}: cannot read the baseline ({err.strerror or err}); "
-            "fix the path or point --sme2-baseline-dir elsewhere"
+    except (OSError, UnicodeDecodeError) as err:  # a directory, no permission, I/O, not text
+        problem = getattr(err, "strerror", None) or err
+        raise InvalidBaseline(
+            path,
+            f"cannot read the baseline ({problem})",
+            "fix the path or point --sme2-baseline-dir elsewhere",
         ) from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ConfigError(
-            f"{path}: not valid JSON ({err.msg} at line {err.lineno}); fix or delete it"
-        ) from None
-    try:
-        version = _require(doc, "schema_version", path)
-        if version != SCHEMA_VERSION:
-            raise ConfigError(
-                f"{path}: baseline schema {version}, this pytest-sme2 reads {SCHEMA_VERSION}; "
-                "regenerate it with --sme2-update-baselines"
+        raise InvalidBaseline(path, f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    except RecursionError:
+        raise InvalidBaseline(path, "not a baseline (JSON nested too deeply)") from None
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool):
+        if version > SCHEMA_VERSION:
+            writer = doc.get("written_by")
+            writer = (
+                f"pytest-sme2 {writer}"
+                if isinstance(writer, str)
+                else f"a newer pytest-sme2 than {package_version()}"
             )
-        return Baseline(
-            model=_require(doc, "model", path),
-            dtype=_require(doc, "dtype", path),
-            device=_require(doc, "device", path),
-            threads=int(_require(doc, "threads", path)),
-            variants={
-                name: VariantBaseline(
-                    operators=dict(_require(v, "operators", path)),
-                    packed_operators=tuple(_require(v, "packed_operators", path)),
-                    instructions=v.get("instructions"),
-                    sme2_kernels=tuple(v.get("sme2_kernels", ())),
-                    operator_instructions=dict(v.get("operator_instructions", {})),
-                    instruction_shares=dict(v.get("instruction_shares", {})),
-                )
-                for name, v in _require(doc, "variants", path).items()
-            },
-            instruction_ratio=doc.get("instruction_ratio"),
-            machines={
-                class_id: _load_record(record, path)
-                for class_id, record in _require(doc, "machines", path).items()
-            },
-            tolerances=Tolerances(**_require(doc, "tolerances", path)),
-        )
-    except (TypeError, AttributeError, KeyError, ValueError) as err:
-        raise ConfigError(
-            f"{path}: baseline does not have the expected shape ({err}); "
-            "regenerate it with --sme2-update-baselines"
-        ) from None
+            raise NewerBaseline(
+                f"{path}: baseline schema {version}, written by {writer}; this pytest-sme2 "
+                f"({package_version()}) reads schema {SCHEMA_VERSION}: judge this case with "
+                f"{writer} (the file is left as it is, --sme2-update-baselines included)"
+            )
+        if version < SCHEMA_VERSION:
+            raise InvalidBaseline(
+                path, f"baseline schema {version}, this pytest-sme2 reads {SCHEMA_VERSION}"
+            )
+    problem = schema_problem(doc)
+    if problem is not None:
+        raise InvalidBaseline(path, f"not a valid baseline: {problem}")
+    return _from_doc(doc)
 
 
-def _load_record(doc: Mapping[str, Any], path: Path) -> TimeRecord:
+def _from_doc(doc: Mapping[str, Any]) -> Baseline:
+    """The Baseline of a document the schema accepted (so every key it reads is there)."""
+    return Baseline(
+        model=doc["model"],
+        dtype=doc["dtype"],
+        device=doc["device"],
+        threads=doc["threads"],
+        variants={
+            name: VariantBaseline(
+                operators=dict(v["operators"]),
+                packed_operators=tuple(v["packed_operators"]),
+                instructions=v.get("instructions"),
+                sme2_kernels=tuple(v.get("sme2_kernels", ())),
+                operator_instructions=dict(v.get("operator_instructions", {})),
+                instruction_shares=dict(v.get("instruction_shares", {})),
+            )
+            for name, v in doc["variants"].items()
+        },
+        instruction_ratio=doc.get("instruction_ratio"),
+        machines={class_id: _record(record) for class_id, record in doc["machines"].items()},
+        tolerances=Tolerances(**doc["tolerances"]),
+    )
+
+
+def _record(doc: Mapping[str, Any]) -> TimeRecord:
     variants = {}
-    for name, v in _require(doc, "variants", path).items():
-        lat = _require(v, "latency", path)
+    for name, v in doc["variants"].items():
+        lat = v["latency"]
         variants[name] = VariantTimes(
             latency=LatencyBaseline(
                 **{
@@ -380,12 +437,12 @@ def _load_record(doc: Mapping[str, Any], path: Path) -> TimeRecord:
                     "reference_samples_ms": tuple(lat.get("reference_samples_ms", ())),
                 }
             ),
-            shares=dict(_require(v, "shares", path)),
+            shares=dict(v["shares"]),
         )
     speedup = doc.get("speedup")
     calibration = doc.get("calibration")
     return TimeRecord(
-        machine_class=dict(_require(doc, "machine_class", path)),
+        machine_class=dict(doc["machine_class"]),
         notes=dict(doc.get("notes", {})),
         variants=variants,
         speedup=SpeedupBaseline(**speedup) if speedup else None,
@@ -393,12 +450,58 @@ def _load_record(doc: Mapping[str, Any], path: Path) -> TimeRecord:
     )
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What a case's baseline path holds, as the session uses it."""
+
+    baseline: Baseline | None
+    #: under ``--sme2-update-baselines``: the line saying where an invalid file was set aside
+    set_aside: str | None = None
+
+
+def read(path: Path, *, update: bool) -> Stored:
+    """:func:`load`, and under ``update`` an invalid file set aside so a fresh one is written.
+
+    Set aside when read, before the case is measured, rather than when the fresh one is saved: a
+    measurement that then fails leaves the file under a name that says what it is, and the next
+    session starts afresh instead of tripping over it again. A newer schema is never set aside.
+    """
+    try:
+        return Stored(load(path))
+    except InvalidBaseline as err:
+        if not update:
+            raise
+        aside = path.with_name(f"{path.name}{INVALID_SUFFIX}{_utc_stamp()}")
+        try:
+            path.rename(aside)
+        except OSError as move_err:
+            raise ConfigError(
+                f"{path}: {err.problem}; cannot set it aside as {aside.name} "
+                f"({move_err.strerror or move_err}): move or delete it"
+            ) from None
+        return Stored(None, f"set aside the invalid baseline as {aside} ({err.problem})")
+
+
+#: What a set-aside invalid baseline's name carries (``toy_cnn-fp32.json.invalid-<UTC time>``);
+#: the repository's .gitignore keeps such files out of ``git add baselines/``.
+INVALID_SUFFIX = ".invalid-"
+
+
+def _utc_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
 def save(path: Path, b: Baseline) -> None:
     """Write atomically: an interrupted run never leaves a half-written baseline, and one that
     cannot be written (a read-only directory, a full disk) leaves the stored file as it was and
-    fails with one line naming the path."""
+    fails with one line naming the path. What would not be read back (a value outside the
+    schema) is never written."""
+    text = to_json(b)
+    problem = schema_problem(json.loads(text))
+    if problem is not None:
+        raise ConfigError(f"{path}: not writing a baseline that would not validate: {problem}")
     try:
-        write_atomic(path, to_json(b))
+        write_atomic(path, text)
     except OSError as err:
         raise ConfigError(
             f"{path}: cannot write the baseline ({err.strerror or err}); the stored file, if any, "

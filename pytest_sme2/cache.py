@@ -7,10 +7,13 @@ two workers asking for the same key produce it once.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +49,10 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
     with FileLock(str(path) + ".lock"):
         if path.is_dir():  # another process built it while we waited for the lock
             return path
+        # Holding the lock, no one else is building this entry: a temporary directory of it is
+        # what a killed process left (kill -9 runs no ``finally``), never someone's work.
+        for stale in path.parent.glob(glob.escape(path.name) + ".*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent))
         try:
             build(tmp)
@@ -57,9 +64,16 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``path`` via a temporary file + rename: a crash never leaves it half-written."""
+    """Write ``path`` via a temporary file + rename: a crash never leaves it half-written.
+
+    The temporary file sits beside ``path``: a rename is atomic only within one filesystem, and
+    the target's directory is the one place known to be on it (a baselines directory may be a
+    mount of its own). A kill -9 between write and rename leaves it there, so its name carries
+    the writer's pid, and :func:`sweep_stranded` removes those whose writer is gone.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    prefix = f"{path.name}.{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         with os.fdopen(fd, "wb") as handle:
@@ -68,6 +82,44 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: How :func:`write_atomic`'s temporary files end: ``<name>.<pid>.<random>.tmp``.
+TEMP_SUFFIX = ".tmp"
+_STRANDED = re.compile(r"\.(\d+)\.[^.]+" + re.escape(TEMP_SUFFIX) + "$")
+
+
+def sweep_stranded(directory: Path) -> list[Path]:
+    """Remove the temporary files of :func:`write_atomic` under ``directory`` whose writer no
+    longer runs (killed between write and rename), and return them.
+
+    A live writer's file is never taken (pytest-xdist workers write side by side): its pid still
+    answers. Only this machine's pids can be asked, so on a directory shared between machines a
+    file is taken only once an hour has passed, longer than any write takes.
+    """
+    stranded = []
+    for candidate in directory.rglob("*" + TEMP_SUFFIX) if directory.is_dir() else ():
+        match = _STRANDED.search(candidate.name)
+        if match is None or not candidate.is_file():
+            continue
+        try:
+            old = time.time() - candidate.stat().st_mtime > 3600
+        except OSError:  # its writer renamed it meanwhile
+            continue
+        if old or not _running(int(match[1])):
+            candidate.unlink(missing_ok=True)
+            stranded.append(candidate)
+    return stranded
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _umask() -> int:

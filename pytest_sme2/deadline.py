@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: the devices import this module
+if TYPE_CHECKING:  # annotations only: the stages above hand devices numbers, not Deadlines
     from pytest_sme2.baseline import Baseline
     from pytest_sme2.devices.base import DeviceInfo
 

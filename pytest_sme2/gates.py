@@ -24,11 +24,15 @@ Every verdict carries a sentence a reviewer would write, and, for structure, a c
 
 from __future__ import annotations
 
+import difflib
 import enum
+import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import jsonschema
 
 from pytest_sme2.analysis import Profile
 from pytest_sme2.baseline import (
@@ -55,6 +59,7 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import fastest
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
+from pytest_sme2.validation import key_path, problem, validator
 
 
 class Status(enum.StrEnum):
@@ -94,22 +99,53 @@ class Expectations:
     op_counts: Mapping[str, float] = field(default_factory=dict)
     instruction_ratio_floor: float | None = None
 
-    def __post_init__(self) -> None:
-        for name in ("max_share", "min_share"):
-            for cat, value in getattr(self, name).items():
-                if cat not in CATEGORIES:
-                    raise ConfigError(
-                        f"sme2 marker {name}: unknown category {cat!r}; "
-                        f"use one of {list(CATEGORIES)}"
-                    )
-                if not 0.0 <= value <= 1.0:
-                    raise ConfigError(
-                        f"sme2 marker {name}[{cat!r}]={value}: a share is a fraction 0–1"
-                    )
-        for name in ("speedup_floor", "instruction_ratio_floor"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"sme2 marker {name}={value} must be > 0")
+    @classmethod
+    def from_marker(cls, kwargs: Mapping[str, Any]) -> Expectations:
+        """The expectations a marker's keyword arguments state; a ConfigError naming the keyword
+        and its value for anything else (checked when the test is collected, so a misspelt
+        keyword costs no measurement: see ``plugin.pytest_collection_modifyitems``)."""
+        known = [f.name for f in fields(cls)]
+        for key, value in kwargs.items():
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {near[0]!r}?" if near else f"it takes {', '.join(known)}"
+                raise ConfigError(f"{key}={value!r}: unknown keyword; {hint}")
+        found = problem(_marker_validator(), dict(kwargs))
+        if found is not None:
+            path, message = found
+            at = f" (at {key_path(path)})" if len(path) > 1 else ""
+            raise ConfigError(f"{path[0]}={kwargs[path[0]]!r}: {message}{at}")
+        return cls(**kwargs)
+
+
+_SHARES = {
+    "type": "object",
+    "propertyNames": {"enum": list(CATEGORIES)},
+    "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
+}
+_FLOOR = {"type": ["number", "null"], "exclusiveMinimum": 0}
+#: What each keyword of the ``sme2`` marker takes: a share is a fraction of a category (one of
+#: the five), a floor a positive ratio, an operator count per run zero (absent) or more.
+MARKER_SCHEMA: Mapping[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {
+        "speedup_floor": _FLOOR,
+        "instruction_ratio_floor": _FLOOR,
+        "max_share": _SHARES,
+        "min_share": _SHARES,
+        "require_sme2_kernels": {"type": "boolean"},
+        "op_counts": {
+            "type": "object",
+            "additionalProperties": {"type": "number", "minimum": 0},
+        },
+    },
+}
+
+
+@functools.cache
+def _marker_validator() -> jsonschema.protocols.Validator:
+    return validator(MARKER_SCHEMA)
 
 
 def _case(m: Measurement) -> str:
@@ -741,6 +777,7 @@ def decide(
     update: bool,
     strict: bool,
     remeasure: Remeasure | None,
+    set_aside: str | None = None,
 ) -> Decision:
     """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
 
@@ -748,11 +785,13 @@ def decide(
     into the stored one (``baseline.merge``: only what moved beyond tolerance changes) and judged
     against the result; a missing baseline fails the test once, so that a reviewer commits it. A
     baseline just written has nothing to confirm, so only otherwise is a failure of time gates
-    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too.
+    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too. ``set_aside`` is
+    the line saying where an invalid stored file went (``baseline.read``): the first change.
     """
     baseline, changes = stored, ()
     if stored is None or update:
         baseline, changes = merge(stored, from_measurement(m, tolerances), tolerances)
+        changes = (set_aside, *changes) if set_aside else changes
     judgement = judge_confirmed(
         m, baseline, expectations, tolerances, None if changes else remeasure
     )

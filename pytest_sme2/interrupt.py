@@ -23,7 +23,9 @@ class Terminated(KeyboardInterrupt):
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
     raise Terminated(
-        "SIGTERM: pytest-sme2 stopped the session; the cases judged so far are in its report.md"
+        # Says nothing of report.md: a session stopped before any case was judged has none, and
+        # one that has it names it in its summary ("pytest-sme2 session report: ...").
+        "SIGTERM: pytest-sme2 stopped the session as Ctrl-C would: no runner is left running"
     )
 
 

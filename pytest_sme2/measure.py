@@ -21,7 +21,7 @@ import numpy as np
 from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
-from pytest_sme2.devices.base import Device, DeviceInfo, Variant
+from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
@@ -140,7 +140,7 @@ def measure(
                 variant,
                 plan.threads,
                 workdir / f"{variant}-evidence",
-                deadline=deadline,
+                timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
             )
         counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
         timed = timing[variant]

@@ -64,12 +64,15 @@ FRAMEWORK_EVENTS = frozenset(
 
 # Longest first, so "Pixelwise Average Pooling" is not cut as "... Average Pooling".
 _MICROKERNELS_LONGEST_FIRST = sorted(MICROKERNELS, key=len, reverse=True)
-_INSTANCE = re.compile(r"^(?P<key>.*\S)\s+#(?P<n>\d{1,18})$", re.DOTALL)
-_XNNPACK = re.compile(
-    r"^(?P<op>[^()]*?)\s*\((?P<args>[A-Z0-9_]+(?:,\s*[A-Z0-9_]+)*)\)\s*(?P<uk>[^()]*)$"
-)
+# Every pattern here matches in linear time, with few steps per character: no two adjacent parts
+# can match the same text (``[^()]*?\s*\(`` could, and took 48 s on a 200 KB name of spaces), and
+# repeats are possessive (``*+``) where a give-back could never help. The instance suffix and the
+# operator's parentheses are found by ``str`` methods, and only their parts matched.
+_INSTANCE_NUMBER = re.compile(r"\d{1,18}")
+_ARGS = re.compile(r"[A-Z0-9_]++(?:,\s*+[A-Z0-9_]++)*+")
 _NATIVE = re.compile(r"^native_call_(?P<op>[^.\s]+)(?:\.\S*)?$")
-_WRAPPER = re.compile(r"^(?:[A-Za-z_]\w*::\w+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_CALL)$")
+#: ``Method::execute``, or upper-case words joined by single underscores ending in ``_CALL``
+_WRAPPER = re.compile(r"^(?:[A-Za-z_]\w*+::\w++|[A-Z](?![A-Z0-9_]*?__)[A-Z0-9_]*_CALL)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +141,7 @@ def parse_op_name(name: str) -> OpName:
     Cached: a trace repeats a few hundred distinct names hundreds of thousands of times.
     """
     raw = name
-    text = name.strip()
-    instance: int | None = None
-    match = _INSTANCE.match(text)
-    if match:
-        text, instance = match["key"], int(match["n"])
+    text, instance = _split_instance(name.strip())
     if text in FRAMEWORK_EVENTS or (instance is None and _WRAPPER.match(text)):
         return OpName(raw, text, text, None, (), None, instance, "framework")
     native = _NATIVE.match(text)
@@ -151,14 +150,12 @@ def parse_op_name(name: str) -> OpName:
         # aten ones do not: keep the op name alone so both look alike.
         operator = native["op"].rpartition("::")[2] or native["op"]
         return OpName(raw, text, operator, None, (), None, None, "native")
-    xnn = _XNNPACK.match(text)
-    if xnn and xnn["op"]:
-        args = tuple(a.strip() for a in xnn["args"].split(","))
+    xnn = _split_xnnpack(text)
+    if xnn is not None:
+        op, args, microkernel = xnn
         layout = args[0] if args[0] in LAYOUTS else None
         datatypes = args[1:] if layout else args
-        return OpName(
-            raw, text, xnn["op"], layout, datatypes, xnn["uk"] or None, instance, "xnnpack"
-        )
+        return OpName(raw, text, op, layout, datatypes, microkernel, instance, "xnnpack")
     operator, microkernel = _split_microkernel(text)
     if "(" not in text and (instance is not None or operator in BARE_OPERATORS):
         # No parentheses (``Invalid Unary Op #1``): still an XNNPACK operator, as only the
@@ -166,6 +163,29 @@ def parse_op_name(name: str) -> OpName:
         return OpName(raw, text, operator, None, (), microkernel, instance, "xnnpack")
     whole = name.strip()
     return OpName(raw, whole, whole, None, (), None, None, "unknown")
+
+
+def _split_instance(text: str) -> tuple[str, int | None]:
+    """``"Name (...) GEMM #12"`` → (``"Name (...) GEMM"``, 12): the profiler's instance counter,
+    after whitespace, taken off; (text, None) without one."""
+    head, hash_sign, number = text.rpartition("#")
+    if not hash_sign or not head[-1:].isspace() or not _INSTANCE_NUMBER.fullmatch(number):
+        return text, None
+    key = head.rstrip()
+    return (key, int(number)) if key else (text, None)
+
+
+def _split_xnnpack(text: str) -> tuple[str, tuple[str, ...], str | None] | None:
+    """``"Name (ARG, ARG) Microkernel"`` → (Name, args, Microkernel or None), None for any other
+    shape: a non-empty name and a microkernel without parentheses around upper-case arguments."""
+    open_at = text.find("(")
+    close_at = text.find(")", open_at + 1)
+    if open_at < 0 or close_at < 0:
+        return None
+    op, inside, rest = text[:open_at].rstrip(), text[open_at + 1 : close_at], text[close_at + 1 :]
+    if not op or ")" in op or "(" in rest or ")" in rest or not _ARGS.fullmatch(inside):
+        return None
+    return op, tuple(a.strip() for a in inside.split(",")), rest.lstrip() or None
 
 
 def _split_microkernel(text: str) -> tuple[str, str | None]:

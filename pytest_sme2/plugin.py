@@ -29,11 +29,11 @@ from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis import Comparison
-    from pytest_sme2.baseline import Baseline
+    from pytest_sme2.baseline import Baseline, Stored
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
     from pytest_sme2.fleet import Fleet
-    from pytest_sme2.gates import Verdict
+    from pytest_sme2.gates import Expectations, Verdict
     from pytest_sme2.history import HistoryLog
     from pytest_sme2.measure import MachineSpeed
     from pytest_sme2.models import ModelSpec
@@ -138,13 +138,27 @@ def _settings(config: pytest.Config) -> Settings:
     from pytest_sme2.settings import resolve
 
     if SETTINGS_KEY not in config.stash:
-        config.stash[SETTINGS_KEY] = _or_fail(
+        settings = config.stash[SETTINGS_KEY] = _or_fail(
             lambda: resolve(config.getoption, config.getini, config.rootpath)
         )
+        _sweep_baselines(settings.baseline_dir)
         # a session that runs sme2 tests starts runners: SIGTERM must unwind it, not drop it
         # (an xdist controller installed it at configure time: installing again is a no-op)
         config.add_cleanup(unwind_on_sigterm())
     return config.stash[SETTINGS_KEY]
+
+
+def _sweep_baselines(directory: Path) -> None:
+    """Remove what a killed session left in the baselines (``cache.sweep_stranded``), said as
+    a warning: ``git add baselines/`` must never commit a half-way file."""
+    from pytest_sme2.cache import sweep_stranded
+
+    for path in sweep_stranded(directory):
+        warnings.warn(
+            f"pytest-sme2 removed {path}: a temporary file of a session killed while it wrote "
+            "the baseline (the baseline itself is as it was before)",
+            stacklevel=1,
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -159,37 +173,63 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One worker owns one real device: its cases form one xdist group (``--dist loadgroup``),
-    so no two of them ever run at once; an emulated device's cases may spread."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Check every test's ``sme2`` markers, and group each real device's cases.
+
+    A marker mistake (a misspelt keyword, a share given as text) is a collection error naming the
+    test, the keyword and the value, and the test is dropped: found before anything is exported
+    or measured, not as a traceback after minutes of emulation. One worker owns one real device:
+    its cases form one xdist group (``--dist loadgroup``), so no two of them ever run at once; an
+    emulated device's cases may spread.
+    """
+    from pytest_sme2.errors import ConfigError
     from pytest_sme2.fleet import xdist_group
 
+    reported: set[str] = set()
+    kept = []
     for item in items:
+        try:
+            _expectations(item)
+        except ConfigError as err:
+            test = _test_id(item)  # one line per test function, not per parametrized case
+            if test not in reported:
+                reported.add(test)
+                config.hook.pytest_collectreport(
+                    report=pytest.CollectReport(test, "failed", str(err), [])
+                )
+            continue
+        kept.append(item)
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("sme2_case") if callspec is not None else None
         group = xdist_group(case.device) if case is not None else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = kept
 
 
-def _expectations(node: pytest.Item) -> Any:
-    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key."""
+def _test_id(item: pytest.Item) -> str:
+    """The test function's node id, without the parametrization of this item."""
+    name = getattr(item, "originalname", item.name)
+    return f"{item.parent.nodeid}::{name}" if item.parent is not None else item.nodeid
+
+
+def _expectations(node: pytest.Item) -> Expectations:
+    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key;
+    a ConfigError naming the test, the keyword and the value for a mistake."""
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.gates import Expectations
 
     kwargs: dict[str, Any] = {}
     for marker in reversed(list(node.iter_markers("sme2"))):
         if marker.args:
-            raise pytest.UsageError(
-                f"{node.nodeid}: @pytest.mark.sme2 takes keyword arguments only"
+            raise ConfigError(
+                f"{_test_id(node)}: @pytest.mark.sme2{marker.args!r}: takes keyword arguments only"
             )
         kwargs.update(marker.kwargs)
     try:
-        return Expectations(**kwargs)
-    except TypeError as err:
-        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.sme2: {err}") from None
+        return Expectations.from_marker(kwargs)
     except ConfigError as err:
-        raise pytest.UsageError(f"{node.nodeid}: {err}") from None
+        raise ConfigError(f"{_test_id(node)}: @pytest.mark.sme2 {err}") from None
 
 
 @pytest.fixture(scope="session")
@@ -373,11 +413,18 @@ def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
 
 
 @pytest.fixture
-def sme2_baseline(sme2_baseline_path: Path) -> Baseline | None:
-    """The stored baseline for this test, or None when there is none yet."""
-    from pytest_sme2.baseline import load
+def sme2_stored_baseline(sme2_baseline_path: Path, sme2_settings: Settings) -> Stored:
+    """What the baseline path holds; one line failing the test if it cannot be used (under
+    ``--sme2-update-baselines`` an invalid file is set aside instead, see ``baseline.read``)."""
+    from pytest_sme2.baseline import read
 
-    return _or_fail(lambda: load(sme2_baseline_path))
+    return _or_fail(lambda: read(sme2_baseline_path, update=sme2_settings.update_baselines))
+
+
+@pytest.fixture
+def sme2_baseline(sme2_stored_baseline: Stored) -> Baseline | None:
+    """The stored baseline for this test, or None when there is none yet."""
+    return sme2_stored_baseline.baseline
 
 
 @pytest.fixture(scope="session")
@@ -407,6 +454,7 @@ def sme2_judge(
     request: pytest.FixtureRequest,
     sme2_settings: Settings,
     sme2_baseline_path: Path,
+    sme2_stored_baseline: Stored,
     sme2_baseline: Baseline | None,
     sme2_measure: Callable[[str], Measurement],
     sme2_case: Case,
@@ -471,12 +519,14 @@ def sme2_judge(
         decision = decide(
             measurement,
             sme2_baseline,
-            _expectations(node),
+            # checked at collection; a marker applied since (request.applymarker) only now
+            _or_fail(lambda: _expectations(node)),
             sme2_settings.tolerances,
             path=sme2_baseline_path,
             update=sme2_settings.update_baselines,
             strict=sme2_settings.strict,
             remeasure=remeasure,
+            set_aside=sme2_stored_baseline.set_aside,
         )
         if decision.baseline is not None:
             _or_fail(lambda: save(sme2_baseline_path, decision.baseline))

@@ -232,8 +232,9 @@ def _vector(
     return range(pos + 4, pos + 4 + 4 * length, 4)
 
 
-def _text(data: _Buffer, pos: int, names: dict[bytes, str]) -> str:
-    """The flatbuffer string at ``pos``; equal names share one ``str`` (decoded once)."""
+def _text(data: _Buffer, pos: int, names: dict[bytes, str]) -> tuple[str, int]:
+    """The flatbuffer string at ``pos`` and its length in bytes; equal names share one ``str``
+    (decoded once)."""
     (length,) = _U32(data, pos)
     if pos + 4 + length > len(data):
         raise ValueError("string runs past end of buffer")
@@ -241,7 +242,30 @@ def _text(data: _Buffer, pos: int, names: dict[bytes, str]) -> str:
     text = names.get(raw)
     if text is None:
         text = names[raw] = raw.decode("utf-8", "replace")
-    return text
+    return text, length
+
+
+def _too_many(where: Path | str, what: str) -> TraceError:
+    """The error of a file whose offsets share tables or strings beyond what its size holds.
+
+    Flatbuffer offsets may legally point at one table from many places, so a 40 KB file whose
+    5,000 run-data entries share one run of 5,000 entries sharing one event expands to 25 M
+    events (a MemoryError after 93 s), and events sharing one 200 KB name copy it once each.
+    ``ETDumpGen`` writes every event and every string once: an event takes at least
+    :data:`MIN_EVENT_BYTES` of the file, and all strings together are shorter than it. The
+    reader counts both as it goes and stops at once when a file claims more.
+    """
+    return TraceError(
+        where,
+        f"corrupt ETDump: {what} than its size can hold (its offsets point many times at the "
+        "same data)",
+    )
+
+
+#: The fewest bytes an event written once can take: its 4-byte slot in the run's vector, the
+#: Event table (vtable offset and the offset of its payload) and the payload table's vtable
+#: offset. Real traces take 60–80 bytes an event.
+MIN_EVENT_BYTES = 16
 
 
 def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
@@ -258,10 +282,14 @@ def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
     id_texts: dict[int, str] = {}
     u32, i32 = _U32, _I32
     size = len(data)
+    events_left, string_bytes_left = size // MIN_EVENT_BYTES, size
     for run_slot in _vector(data, root, _ETDUMP_FIELDS, cache):
         run = run_slot + u32(data, run_slot)[0]
         events: list[_RawEvent] = []
         slots = _vector(data, run, _RUNDATA_FIELDS, cache)
+        events_left -= len(slots)
+        if events_left < 0:
+            raise _too_many(where, f"more events (1 per {MIN_EVENT_BYTES} bytes at most)")
         # All of the vector's uoffsets in one C call, instead of one unpack per event.
         offsets = struct.unpack_from(f"<{len(slots)}I", data, slots.start) if slots else ()
         for slot, rel in zip(slots, offsets, strict=True):
@@ -286,13 +314,19 @@ def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
                 (length,) = u32(data, at)
                 if at + 4 + length > size:
                     raise ValueError("string runs past end of buffer")
+                string_bytes_left -= length
                 raw_name = data[at + 4 : at + 4 + length]
                 name = names.get(raw_name)
                 if name is None:
                     name = names[raw_name] = raw_name.decode("utf-8", "replace")
             else:
                 name = ""
-            id_str = _text(data, pe + offsets_pe[3] + id_ref, names) if id_ref else ""
+            id_str = ""
+            if id_ref:
+                id_str, length = _text(data, pe + offsets_pe[3] + id_ref, names)
+                string_bytes_left -= length
+            if string_bytes_left < 0:
+                raise _too_many(where, "longer strings")
             if id_int != -1:
                 id_text = id_texts.get(id_int)
                 if id_text is None:  # one str per distinct id, not one per event
@@ -316,6 +350,7 @@ def _build_trace(blocks: Iterable[list[_RawEvent]], path: Path | None, where: Pa
         seen_block = True
         children, roots = _nest(raw, where)
         executes = [r for r in roots if raw[r][0] == EXECUTE and not raw[r][3]]
+        executed = set(executes)  # a block may hold thousands of roots: no list lookups
         if executes:
             events: list[Event] = []
             for root in executes:
@@ -323,7 +358,7 @@ def _build_trace(blocks: Iterable[list[_RawEvent]], path: Path | None, where: Pa
             e2e = sum(raw[r][2] - raw[r][1] for r in executes)
             runs.append(Run(index=len(runs), e2e_ns=e2e, events=tuple(events)))
         for root in roots:
-            if root not in executes:
+            if root not in executed:
                 _flatten(raw, children, root, setup)
     if not seen_block:
         raise TraceError(where, "ETDump has no run data blocks (the program never ran)")

@@ -98,9 +98,18 @@ def post_order(events: Sequence[Prof | Alloc | Debug]) -> Iterator[Prof | Alloc 
         yield event
 
 
-def build_etdump(blocks: Sequence[Block], *, size_prefixed: bool = True, version: int = 0) -> bytes:
-    """Serialise ``blocks`` into ETDump bytes (size-prefixed with identifier, like ETDumpGen)."""
-    b = flatbuffers.Builder(1024)
+def build_etdump(
+    blocks: Sequence[Block],
+    *,
+    size_prefixed: bool = True,
+    version: int = 0,
+    share_strings: bool = False,
+) -> bytes:
+    """Serialise ``blocks`` into ETDump bytes (size-prefixed with identifier, like ETDumpGen).
+
+    ``share_strings`` writes each distinct string once, every use pointing at it (the Builder's
+    deduplication; ETDumpGen writes a string per use)."""
+    b = (_SharingBuilder if share_strings else flatbuffers.Builder)(1024)
     runs = [_run_data(b, block) for block in blocks]
     run_vector = _table_vector(b, runs)
     b.StartObject(_ETDUMP["_n"])
@@ -112,6 +121,16 @@ def build_etdump(blocks: Sequence[Block], *, size_prefixed: bool = True, version
     else:
         b.Finish(root, FILE_IDENTIFIER)
     return bytes(b.Output())
+
+
+class _SharingBuilder(flatbuffers.Builder):
+    """A Builder that writes each distinct string once (flatbuffers' own deduplication)."""
+
+    def CreateString(self, s: str, *args: object) -> int:
+        shared: dict[str, int] = self.__dict__.setdefault("shared", {})
+        if s not in shared:
+            shared[s] = super().CreateString(s, *args)
+        return shared[s]
 
 
 def execute_block(
@@ -210,3 +229,32 @@ def _debug(b: flatbuffers.Builder, event: Debug) -> int:
     b.PrependUOffsetTRelativeSlot(_DEBUG["debug_entry"], value, 0)
     b.PrependUOffsetTRelativeSlot(_DEBUG["name"], name, 0)
     return b.EndObject()
+
+
+def aliased_etdump(runs: int, events: int, name: str = "Method::execute") -> bytes:
+    """A valid ETDump whose ``run_data`` vector holds ``runs`` offsets to one RunData, whose
+    ``events`` vector holds ``events`` offsets to one event: ``runs × events`` events to a reader
+    that follows every offset, in a file of ``4 × (runs + events)`` bytes and a few more.
+
+    Flatbuffers allow offsets to share a table (builders deduplicate), so nothing in the format
+    itself forbids this; ``ETDumpGen`` never writes it.
+    """
+    b = flatbuffers.Builder(1024)
+    event = _event(b, Prof(name, 1_000, 2_000))
+    b.StartVector(4, events, 4)
+    for _ in range(events):
+        b.PrependUOffsetTRelative(event)
+    event_vector = b.EndVector()
+    block_name = b.CreateString("Execute")
+    b.StartObject(_RUN_DATA["_n"])
+    b.PrependUOffsetTRelativeSlot(_RUN_DATA["name"], block_name, 0)
+    b.PrependUOffsetTRelativeSlot(_RUN_DATA["events"], event_vector, 0)
+    run = b.EndObject()
+    b.StartVector(4, runs, 4)
+    for _ in range(runs):
+        b.PrependUOffsetTRelative(run)
+    run_vector = b.EndVector()
+    b.StartObject(_ETDUMP["_n"])
+    b.PrependUOffsetTRelativeSlot(_ETDUMP["run_data"], run_vector, 0)
+    b.FinishSizePrefixed(b.EndObject(), FILE_IDENTIFIER)
+    return bytes(b.Output())

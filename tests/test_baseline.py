@@ -4,6 +4,8 @@ are named."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -55,11 +57,180 @@ def test_missing_file_is_none_and_bad_files_are_named(tmp_path):
     with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON"):
         store.load(bad)
     bad.write_text(json.dumps({"schema_version": 2, "model": "x"}))
-    with pytest.raises(ConfigError, match=r"bad\.json: baseline has no 'dtype'"):
+    with pytest.raises(ConfigError, match=r"bad\.json: not a valid baseline: .*'dtype' is a req"):
         store.load(bad)
     bad.write_text(json.dumps({"schema_version": 99}))
     with pytest.raises(ConfigError, match="schema 99"):
         store.load(bad)
+
+
+COMMITTED = sorted((Path(__file__).parents[1] / "baselines").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])
+def test_every_committed_baseline_is_valid(path):
+    assert store.schema_problem(json.loads(path.read_text())) is None
+    assert store.load(path) is not None
+
+
+def test_committed_baselines_exist():
+    assert len(COMMITTED) >= 20
+
+
+_LATENCY = f"machines.{SME2_DEVICE.class_id}.variants.sme2-off.latency.min_ms"
+
+
+def _stored(tmp_path: Path) -> tuple[Path, dict]:
+    path = tmp_path / "host" / "toy-fp32.json"
+    store.save(path, from_measurement(measurement(SME2_DEVICE), TOL))
+    return path, json.loads(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("NaN", "nan is not of type 'number'"),
+        ("-Infinity", "-inf is not of type 'number'"),
+        ("1e999", "inf is not of type 'number'"),
+        ("-1", "-1 is less than or equal to the minimum of 0"),
+        ("0", "0 is less than or equal to the minimum of 0"),
+        ('"0.5"', "'0.5' is not of type 'number'"),
+        ("true", "True is not of type 'number'"),
+    ],
+)
+def test_a_stored_value_outside_the_schema_is_one_line_naming_file_key_and_value(
+    tmp_path, value, said
+):
+    """NaN passed every gate ("nan× the baseline"), 0 and "0.5" ended in a traceback: each is
+    now refused when read, before anything is judged against it."""
+    path, _ = _stored(tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace('"min_ms": 9.9', f'"min_ms": {value}', 1))
+    with pytest.raises(store.InvalidBaseline) as failure:
+        store.load(path)
+    message = str(failure.value)
+    assert message == (
+        f"{path}: not a valid baseline: {_LATENCY}: {said}; regenerate it with "
+        "--sme2-update-baselines (which sets the invalid file aside)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key_path", "value", "said"),
+    [
+        (("variants", "sme2-on", "operators", "Transpose (ND, X32)"), -2, '"Transpose (ND, X32)"'),
+        (("machines", SME2_DEVICE.class_id, "variants", "sme2-on", "shares", "GEMM"), 1.5, "GEMM"),
+        (("machines", SME2_DEVICE.class_id, "variants", "sme2-on", "shares", "Gemm"), 0.1, "Gemm"),
+        (("variants", "sme2-maybe"), {"operators": {}, "packed_operators": []}, "sme2-maybe"),
+        (("machines", SME2_DEVICE.class_id, "speedup", "low"), 0, "speedup"),
+        (("threads",), 0, "threads"),
+        (("tolerances", "latency_percent"), -3, "latency_percent"),
+        (("model_name",), "toy", "model_name"),
+    ],
+)
+def test_kinds_ranges_and_keys_are_as_documented(tmp_path, key_path, value, said):
+    path, doc = _stored(tmp_path)
+    node = doc
+    for key in key_path[:-1]:
+        node = node[key]
+    node[key_path[-1]] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(store.InvalidBaseline, match=r"not a valid baseline: ") as failure:
+        store.load(path)
+    assert said in str(failure.value) and "\n" not in str(failure.value)
+
+
+def test_a_time_record_may_say_how_it_was_calibrated(tmp_path):
+    path, doc = _stored(tmp_path)
+    record = doc["machines"][SME2_DEVICE.class_id]
+    record["calibration"] = {
+        "runs": 10,
+        "noise_percent": 1.2,
+        "tolerance_percent": 3.0,
+        "statistic": "fastest",
+        "when": "2026-11-24T05:00:00Z",
+    }
+    path.write_text(json.dumps(doc))
+    assert store.load(path) is not None
+    record["calibration"]["runs"] = 1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(store.InvalidBaseline, match=r"calibration\.runs: 1 is less than"):
+        store.load(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"schema_version": 2, "model": "toy_cnn", "dt', "not valid JSON"),
+        ("[1, 2, 3]", "(the document): [1, 2, 3] is not of type 'object'"),
+        ('{"name": "pytest-sme2", "version": "0.1.0"}', "'schema_version' is a required property"),
+        ('{"schema_version": 1}', "baseline schema 1, this pytest-sme2 reads 2"),
+        ("[" * 100_000, "nested too deeply"),
+        ("{" + "x" * 5000, "not valid JSON"),
+    ],
+)
+def test_truncated_and_foreign_files_are_one_line(tmp_path, text, said):
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    with pytest.raises(store.InvalidBaseline) as failure:
+        store.load(path)
+    assert said in str(failure.value) and len(str(failure.value)) < 500
+
+
+def test_a_newer_schema_names_the_version_that_reads_it_and_is_never_set_aside(tmp_path):
+    path, doc = _stored(tmp_path)
+    assert doc["written_by"] == store.package_version()
+    path.write_text(json.dumps({**doc, "schema_version": 3, "written_by": "9.1.0"}))
+    for update in (False, True):
+        with pytest.raises(store.NewerBaseline) as failure:
+            store.read(path, update=update)
+        assert str(failure.value) == (
+            f"{path}: baseline schema 3, written by pytest-sme2 9.1.0; this pytest-sme2 "
+            f"({store.package_version()}) reads schema 2: judge this case with pytest-sme2 9.1.0 "
+            "(the file is left as it is, --sme2-update-baselines included)"
+        )
+    path.write_text(json.dumps({"schema_version": 3}))
+    with pytest.raises(store.NewerBaseline, match="a newer pytest-sme2 than "):
+        store.read(path, update=True)
+    assert list(path.parent.iterdir()) == [path]
+
+
+def test_under_update_an_invalid_file_is_set_aside_and_named(tmp_path):
+    path, _ = _stored(tmp_path)
+    text = path.read_text().replace('"min_ms": 9.9', '"min_ms": NaN', 1)
+    path.write_text(text)
+    with pytest.raises(store.InvalidBaseline):
+        store.read(path, update=False)
+    stored = store.read(path, update=True)
+    assert stored.baseline is None and not path.exists()
+    (aside,) = path.parent.iterdir()
+    assert re.fullmatch(r"toy-fp32\.json\.invalid-\d{8}T\d{6}\.\d{6}Z", aside.name)
+    assert aside.read_text() == text
+    assert stored.set_aside == (
+        f"set aside the invalid baseline as {aside} (not a valid baseline: {_LATENCY}: "
+        "nan is not of type 'number')"
+    )
+
+
+def test_a_baseline_outside_the_schema_is_never_written(tmp_path):
+    from dataclasses import replace
+
+    b = from_measurement(measurement(HOST), TOL)
+    record = b.machines[HOST.class_id]
+    times = record.variants["sme2-off"]
+    bad = replace(
+        b,
+        machines={
+            HOST.class_id: replace(
+                record,
+                variants={"sme2-off": replace(times, shares={**times.shares, "Other": -0.5})},
+            )
+        },
+    )
+    path = tmp_path / "b.json"
+    with pytest.raises(ConfigError, match=r"would not validate: .*Other: -0\.5 is less than"):
+        store.save(path, bad)
+    assert not path.exists()
 
 
 def test_merge_keeps_values_within_tolerance_and_reports_changes():

@@ -93,3 +93,24 @@ def test_an_emulated_case_gets_a_deadline_from_its_instruction_count(case: str) 
     # leaves more than tenfold room and is still a fraction of the hour a hang cost before.
     evidence = deadline.seconds(2)
     assert evidence is not None and 140 < evidence < EMULATED_TIMEOUT_S / 5
+
+
+def test_devices_are_handed_numbers_and_reach_no_baseline() -> None:
+    """A device used to reach the stored baselines through its deadline (devices.base →
+    deadline → baseline → devices.base, a cycle): measure now hands it seconds."""
+    import subprocess
+    import sys
+
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pytest_sme2.devices.registry\n"
+            "print(sorted(m for m in sys.modules if m.startswith('pytest_sme2.')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "pytest_sme2.devices.qemu" in loaded and "pytest_sme2.devices.android" in loaded
+    assert "pytest_sme2.deadline" not in loaded and "pytest_sme2.baseline" not in loaded

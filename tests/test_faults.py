@@ -7,6 +7,7 @@ one, but never returns for one model; the other model runs through it for real.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -19,7 +20,8 @@ import pytest
 
 from pytest_sme2.baseline import load
 from pytest_sme2.cache import cache_root
-from pytest_sme2.runner.invoke import run_process
+from pytest_sme2.errors import RunnerError
+from pytest_sme2.runner.invoke import run_process, run_step
 from tests.inner import INNER_TEST, inner_conftest
 from tests.processes import processes_mentioning
 
@@ -267,3 +269,196 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
         assert load(path) is not None
     time.sleep(0.5)
     assert _alive(marker) == [] and _alive(str(wrapper)) == []
+
+
+#: A conftest line that kills the inner pytest with SIGKILL at the rename that would put its
+#: baseline in place: the temporary file is complete, the rename never happens (a test-only
+#: hook: the kill is delivered at exactly that system call, every time).
+KILL_AT_THE_BASELINE_RENAME = """
+
+import os, signal
+
+_replace = os.replace
+
+
+def _killed_at_the_baseline_rename(source, target, *args, **kwargs):
+    if str(target).endswith(os.path.join("baselines", "host", "kept-fp32.json")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _replace(source, target, *args, **kwargs)
+
+
+os.replace = _killed_at_the_baseline_rename
+"""
+
+
+def test_kill_9_at_the_baseline_rename_leaves_no_stray_file_after_the_next_session(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    baselines = tmp_path / "baselines"
+    args = ("-p", "no:cacheprovider", f"--sme2-baseline-dir={baselines}", "--sme2-models=kept")
+    pytester.makepyfile(test_kept=INNER_TEST)
+    pytester.makeconftest(inner_conftest("kept") + KILL_AT_THE_BASELINE_RENAME)
+    killed = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=600)
+    assert killed.ret == -signal.SIGKILL
+    (stranded,) = (baselines / "host").iterdir()  # complete, and never renamed
+    assert re.fullmatch(r"kept-fp32\.json\.\d+\.\w+\.tmp", stranded.name), stranded.name
+    assert json.loads(stranded.read_text())["model"] == "kept"
+
+    pytester.makeconftest(inner_conftest("kept"))
+    after = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=600)
+    after.assert_outcomes(passed=1)
+    assert f"pytest-sme2 removed {stranded}: a temporary file of a session killed" in (
+        after.stdout.str()
+    )
+    assert [p.name for p in (baselines / "host").iterdir()] == ["kept-fp32.json"]
+
+
+def test_kill_9_of_a_process_in_a_runner_call_leaves_no_runner_alive(tmp_path: Path) -> None:
+    """A kill -9 runs no ``finally``: the runner (here a process that runs for an hour) gets the
+    parent-death signal instead of running on, re-parented to PID 1."""
+    marker = "3600.5731"
+    code = (
+        "from pytest_sme2.runner.invoke import run_process\n"
+        f"run_process(['sleep', '{marker}'], timeout_s=7200)\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not _alive(marker):
+            assert time.monotonic() < deadline and caller.poll() is None
+            time.sleep(0.1)
+        caller.kill()
+        caller.wait()
+        time.sleep(5)
+        assert _alive(marker) == []
+    finally:
+        caller.kill()
+        subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
+
+
+def _session_until(
+    pytester: pytest.Pytester, wrapper: Path, marker: str, tmp_path: Path
+) -> subprocess.Popen[bytes]:
+    """An inner qemu-sme2 session through ``wrapper``, returned once ``marker`` runs."""
+    session = pytester.popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--sme2-device=qemu-sme2",
+            f"--sme2-qemu={wrapper}",
+            f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+            f"--sme2-artifacts={tmp_path / 'artifacts'}",
+            "--sme2-update-baselines",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 300
+    while not _alive(marker):
+        assert session.poll() is None, session.stdout.read().decode()
+        assert time.monotonic() < deadline, "the session never reached the runner"
+        time.sleep(0.5)
+    return session
+
+
+def test_kill_9_of_pytest_in_a_long_runner_call_leaves_no_runner_5_s_later(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+) -> None:
+    marker = "3600.5732"
+    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(inner_conftest("hangs"))
+    pytester.makepyfile(test_cut=INNER_TEST)
+    session = _session_until(pytester, wrapper, marker, tmp_path)
+    try:
+        session.kill()
+        session.wait(timeout=60)
+        time.sleep(5)
+        assert _alive(marker) == []
+    finally:
+        subprocess.run(["pkill", "-f", marker], check=False)
+
+
+def test_sigterm_before_any_case_was_judged_promises_no_report(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+) -> None:
+    """The interrupt line used to say "the cases judged so far are in its report.md": with
+    none judged there is none."""
+    marker = "3600.5733"
+    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(inner_conftest("hangs"))
+    pytester.makepyfile(test_cut=INNER_TEST)
+    session = _session_until(pytester, wrapper, marker, tmp_path)
+    try:
+        session.send_signal(signal.SIGTERM)
+        session.wait(timeout=120)
+    finally:
+        if session.poll() is None:
+            session.kill()
+        subprocess.run(["pkill", "-f", marker], check=False)
+    text = session.stdout.read().decode(errors="replace")
+    assert "SIGTERM: pytest-sme2 stopped the session" in text
+    assert "report.md" not in text and not (tmp_path / "artifacts" / "report.md").exists()
+    assert _alive(marker) == []
+
+
+def test_a_qemu_that_hangs_on_every_call_fails_the_case_naming_the_probe_within_2_minutes(
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qemu_device,
+) -> None:
+    """It answers --version and hangs on anything else, the hwcap probe included: the probe's
+    own deadline (seconds), not the 900 s of a build, names it."""
+    marker = "3600.5734"
+    real = qemu_device._prepared()[0].qemu
+    wrapper = tmp_path / "qemu-aarch64"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\nexec sleep {marker}\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    pytester.makeconftest(inner_conftest("fine"))
+    pytester.makepyfile(test_hang=INNER_TEST)
+    junit = tmp_path / "junit.xml"
+    started = time.monotonic()
+    result = _through(pytester, wrapper, tmp_path, f"--junitxml={junit}")
+    took = time.monotonic() - started
+    result.assert_outcomes(errors=1)
+    result.stdout.re_match_lines(
+        [
+            r".*the hwcap probe under qemu did not finish within its 30 s deadline: killed it; "
+            rf"last output: .*; command: {re.escape(str(wrapper))} .*hwcap_probe.*"
+        ],
+        consecutive=False,
+    )
+    case = next(ET.parse(junit).iter("testcase"))
+    assert float(case.get("time")) < 120 and took < 180, (case.get("time"), took)
+    assert _alive(marker) == [] and _alive(str(wrapper)) == []
+
+
+def test_a_hung_step_is_one_line_naming_the_step_its_deadline_and_the_command() -> None:
+    marker = "313.5735"
+    started = time.monotonic()
+    with pytest.raises(RunnerError) as caught:
+        run_step(["sh", "-c", f"echo probing >&2; exec sleep {marker}"], "the probe", timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert str(caught.value) == (
+        "the probe did not finish within its 1 s deadline: killed it; last output: probing; "
+        f"command: sh -c 'echo probing >&2; exec sleep {marker}'"
+    )
+    with pytest.raises(RunnerError, match=r"^the probe could not run \(No such file"):
+        run_step(["/nonexistent/qemu-aarch64"], "the probe", timeout_s=1)
+    time.sleep(0.2)
+    assert _alive(marker) == []

@@ -175,11 +175,40 @@ def test_a_kernel_patch_release_is_a_note_not_another_machine():
     assert v["latency[sme2-off]"].details == ("since recorded: os: 'Linux 6.1.1' → 'Linux 6.1.9'",)
 
 
-def test_bad_marker_values_are_config_errors():
-    with pytest.raises(ConfigError, match="unknown category 'Convolutions'"):
-        Expectations(max_share={"Convolutions": 0.5})
-    with pytest.raises(ConfigError, match="a share is a fraction"):
-        Expectations(min_share={"GEMM": 40})
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"speedup_flor": 1.2}, "speedup_flor=1.2: unknown keyword; did you mean 'speedup_floor'?"),
+        ({"xyz": 1}, "xyz=1: unknown keyword; it takes speedup_floor, max_share, "),
+        (
+            {"max_share": {"Convolution": "high"}},
+            "max_share={'Convolution': 'high'}: 'high' is not of type 'number' "
+            "(at max_share.Convolution)",
+        ),
+        ({"max_share": {"Convolutions": 0.5}}, "max_share={'Convolutions': 0.5}: 'Convolutions' "),
+        ({"min_share": {"GEMM": 40}}, "min_share={'GEMM': 40}: 40 is greater than the maximum"),
+        ({"min_share": "GEMM"}, "min_share='GEMM': 'GEMM' is not of type 'object'"),
+        ({"speedup_floor": 0}, "speedup_floor=0: 0 is less than or equal to the minimum of 0"),
+        ({"speedup_floor": float("nan")}, "speedup_floor=nan: nan is not of type 'number', 'null'"),
+        (
+            {"max_share": {"GEMM": float("inf")}},
+            "max_share={'GEMM': inf}: inf is not of type 'number' (at max_share.GEMM)",
+        ),
+        ({"speedup_floor": "2"}, "speedup_floor='2': '2' is not of type 'number', 'null'"),
+        ({"require_sme2_kernels": "yes"}, "require_sme2_kernels='yes': 'yes' is not of type"),
+        ({"op_counts": {"Add (ND)": -1}}, "op_counts={'Add (ND)': -1}: -1 is less than the min"),
+    ],
+)
+def test_marker_mistakes_name_the_keyword_and_the_value(kwargs, said):
+    with pytest.raises(ConfigError) as failure:
+        Expectations.from_marker(kwargs)
+    assert str(failure.value).startswith(said)
+
+
+def test_a_well_formed_marker_gives_its_expectations():
+    kwargs = {"speedup_floor": 1.5, "max_share": {"GEMM": 0.5}, "require_sme2_kernels": True}
+    assert Expectations.from_marker(kwargs) == Expectations(**kwargs)
+    assert Expectations.from_marker({}) == Expectations()
 
 
 def test_executed_sme2_kernels_prove_dynamic_int8_where_names_cannot():

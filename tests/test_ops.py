@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_sme2.ops import OpName, parse_op_name
+from pytest_sme2.ops import (
+    _NATIVE,
+    BARE_OPERATORS,
+    FRAMEWORK_EVENTS,
+    LAYOUTS,
+    OpName,
+    _split_microkernel,
+    parse_op_name,
+)
 
 # (name, operator, layout, datatypes, microkernel): every distinct XNNPACK operator name in real
 # ETDumps from executorch 1.5.1 on x86-64, collected by exporting small torch models (convs incl.
@@ -348,3 +360,102 @@ def test_portable_key_folds_cpu_chosen_spellings_and_keeps_sme_packing():
     packed = parse_op_name("Fully Connected (NC, PF16) GEMM")
     assert packed.portable_key == "Fully Connected (NC, PF16) GEMM"
     assert parse_op_name("native_call_mean.out").portable_key == "native_call_mean.out"
+
+
+# The patterns parse_op_name used before its parsing was made linear: kept here only as the
+# oracle its answers on short names are checked against (on long names they backtracked: 48 s).
+_OLD_INSTANCE = re.compile(r"^(?P<key>.*\S)\s+#(?P<n>\d{1,18})$", re.DOTALL)
+_OLD_XNNPACK = re.compile(
+    r"^(?P<op>[^()]*?)\s*\((?P<args>[A-Z0-9_]+(?:,\s*[A-Z0-9_]+)*)\)\s*(?P<uk>[^()]*)$"
+)
+_OLD_WRAPPER = re.compile(r"^(?:[A-Za-z_]\w*::\w+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_CALL)$")
+
+_PIECES = st.sampled_from(
+    [
+        " ",
+        "  ",
+        "\t",
+        "#",
+        "#1",
+        " #12",
+        "(",
+        ")",
+        "NC",
+        "F32",
+        ", ",
+        ",",
+        "_",
+        "__",
+        "_CALL",
+        "::",
+        "Conv",
+        "a",
+        "A",
+        "1",
+        "GEMM",
+        "native_call_",
+        ".",
+        "é",
+        "\n",
+    ]
+)
+
+
+def _old_parse_op_name(name: str) -> OpName:
+    """parse_op_name as it was, with the backtracking patterns (the oracle)."""
+    raw, text, instance = name, name.strip(), None
+    match = _OLD_INSTANCE.match(text)
+    if match:
+        text, instance = match["key"], int(match["n"])
+    if text in FRAMEWORK_EVENTS or (instance is None and _OLD_WRAPPER.match(text)):
+        return OpName(raw, text, text, None, (), None, instance, "framework")
+    native = _NATIVE.match(text)
+    if native and instance is None:
+        operator = native["op"].rpartition("::")[2] or native["op"]
+        return OpName(raw, text, operator, None, (), None, None, "native")
+    xnn = _OLD_XNNPACK.match(text)
+    if xnn and xnn["op"]:
+        args = tuple(a.strip() for a in xnn["args"].split(","))
+        layout = args[0] if args[0] in LAYOUTS else None
+        datatypes = args[1:] if layout else args
+        uk = xnn["uk"] or None
+        return OpName(raw, text, xnn["op"], layout, datatypes, uk, instance, "xnnpack")
+    operator, microkernel = _split_microkernel(text)
+    if "(" not in text and (instance is not None or operator in BARE_OPERATORS):
+        return OpName(raw, text, operator, None, (), microkernel, instance, "xnnpack")
+    whole = name.strip()
+    return OpName(raw, whole, whole, None, (), None, None, "unknown")
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_linear_parsing_answers_as_the_backtracking_patterns_did(name: str) -> None:
+    assert parse_op_name.__wrapped__(name) == _old_parse_op_name(name)
+
+
+#: Names no XNNPACK writes, shaped to make a backtracking pattern retry at every character.
+HOSTILE_NAMES = {
+    "spaces": "a" + " " * 200_000 + "b",
+    "spaces then parenthesis": "a" + " " * 200_000 + "(",
+    "arguments": "Op (" + "A, " * 70_000 + "A) GEMM #1",
+    "arguments, unclosed": "Op (" + "A," * 100_000,
+    "instances": "a #" * 70_000,
+    "underscores": "A_" * 100_000,
+    "underscores then _CALL": "A_" * 100_000 + "_CALL",
+    "native": "native_call_" + "a" * 200_000 + ".",
+    "namespace": "a::" + "b" * 200_000,
+    "tabs then instance": "a" + "\t" * 200_000 + "#" + "1" * 100,
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES.values(), ids=HOSTILE_NAMES.keys())
+def test_a_200_kb_name_parses_in_under_10_ms(name: str) -> None:
+    assert len(name) >= 200_000
+    best = min(_timed(parse_op_name.__wrapped__, name) for _ in range(3))  # uncached
+    assert best < 0.010, f"{best * 1000:.1f} ms"
+
+
+def _timed(call: Callable[[str], object], name: str) -> float:
+    start = time.perf_counter()
+    call(name)
+    return time.perf_counter() - start

@@ -353,3 +353,66 @@ def test_a_baseline_path_that_cannot_be_used_fails_the_test_in_one_line(pytester
     assert f"{path}: cannot read the baseline (Not a directory)" in out
     assert "Traceback" not in out and "raise ConfigError" not in out
     assert (pytester.path / "blocked").read_text() == "a file where the baselines should go"
+
+
+def test_an_invalid_baseline_fails_in_one_line_and_update_sets_it_aside(pytester):
+    """A NaN latency used to pass every gate, and the advice to regenerate failed with the same
+    line; a newer schema's file must outlive any update."""
+    make_suite(pytester)
+    run(pytester, "--sme2-update-baselines").assert_outcomes(passed=2)
+    host = pytester.path / "baselines" / "host"
+    nan, newer = host / "plug_a-fp32.json", host / "plug_b-fp32.json"
+    nan.write_text(nan.read_text().replace('"operators": {', '"operators": {"Bad (NC)": NaN,', 1))
+    doc = json.loads(newer.read_text())
+    newer.write_text(json.dumps({**doc, "schema_version": 3, "written_by": "9.0.0"}))
+    newer_text = newer.read_text()
+
+    judged = run(pytester)
+    judged.assert_outcomes(errors=2)  # in the set-up that reads the baseline: nothing measured
+    out = judged.stdout.str()
+    assert "Traceback" not in out and "nan×" not in out
+    assert (
+        f'{nan}: not a valid baseline: variants.sme2-off.operators."Bad (NC)": nan is not of '
+        "type 'number'; regenerate it with --sme2-update-baselines" in out
+    )
+    assert f"{newer}: baseline schema 3, written by pytest-sme2 9.0.0;" in out
+
+    updated = run(pytester, "--sme2-update-baselines", "--junitxml=j.xml")
+    updated.assert_outcomes(passed=1, errors=1)
+    (aside,) = host.glob("plug_a-fp32.json.invalid-*")
+    assert "NaN" in aside.read_text() and "NaN" not in nan.read_text()
+    assert f"set aside the invalid baseline as {aside}" in (pytester.path / "j.xml").read_text()
+    assert "judge this case with pytest-sme2 9.0.0" in updated.stdout.str()
+    assert newer.read_text() == newer_text
+    run(pytester, "--sme2-models=plug_a").assert_outcomes(passed=1)
+
+
+def test_marker_mistakes_are_collection_errors_before_anything_is_exported(
+    pytester, monkeypatch, tmp_path
+):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SME2_CACHE_DIR", str(cache))
+    make_suite(pytester, marker="speedup_flor=1.2")
+    pytester.makepyfile(
+        test_shares="""
+        import pytest
+
+        @pytest.mark.sme2(max_share={"Convolution": "high"})
+        def test_shares(sme2_measurement, sme2_judge):
+            sme2_judge(sme2_measurement)
+        """
+    )
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert (
+        "test_suite.py::test_model: @pytest.mark.sme2 speedup_flor=1.2: unknown keyword; "
+        "did you mean 'speedup_floor'?" in out
+    )
+    assert (
+        "test_shares.py::test_shares: @pytest.mark.sme2 max_share={'Convolution': 'high'}: "
+        "'high' is not of type 'number' (at max_share.Convolution)" in out
+    )
+    assert "Traceback" not in out and "2 errors during collection" in out
+    assert not [p for p in cache.rglob("*") if p.suffix in (".pte", ".etrecord")]

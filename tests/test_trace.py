@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import struct
+import time
+import tracemalloc
 from collections import defaultdict
 from pathlib import Path
 
@@ -13,10 +15,12 @@ from etdump_builder import (
     Block,
     Debug,
     Prof,
+    aliased_etdump,
     build_etdump,
     default_block,
     execute_block,
 )
+from etdump_fuzz import fuzz
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -380,3 +384,66 @@ def test_corrupted_real_trace_never_crashes(data: st.DataObject) -> None:
     for position, value in edits:
         trace[position] = value
     _parses_or_trace_error(bytes(trace))
+
+
+# --- hostile files: bounded time and memory --------------------------------------------
+
+
+@pytest.mark.parametrize(("runs", "events"), [(5_000, 5_000), (2_000, 2_000), (1, 3_000)])
+def test_offsets_aliasing_one_run_and_one_event_are_a_trace_error_at_once(
+    runs: int, events: int
+) -> None:
+    """A 40 KB file whose run-data entries all share one run, whose entries all share one event:
+    25 M events to a reader that follows every offset (a MemoryError after 93 s)."""
+    data = aliased_etdump(runs, events)
+    assert len(data) < 4 * (runs + events) + 200
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(TraceError, match=r"more events .* than its size can hold"):
+        parse_etdump(data)
+    took = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert took < 1.0 and peak < 10 * len(data) + 1_000_000, (took, peak)
+
+
+def test_a_few_aliased_events_within_what_the_file_holds_still_parse() -> None:
+    trace = parse_etdump(aliased_etdump(2, 4))
+    assert [len(run.events) for run in trace.runs] == [4, 4]
+
+
+def test_events_sharing_one_long_name_are_a_trace_error_at_once() -> None:
+    """Strings may be shared too: 2,000 events naming one 100 KB string would copy 200 MB."""
+    long = "x" * 100_000
+    ops = [_xnnpack(long, 1_010 + i, 1_011 + i) for i in range(2_000)]
+    block = execute_block(Prof("DELEGATE_CALL", 1_005, 4_000, ops))
+    data = build_etdump([block], share_strings=True)
+    start = time.perf_counter()
+    with pytest.raises(TraceError, match="longer strings than its size can hold"):
+        parse_etdump(data)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_an_event_with_a_200_kb_name_is_parsed_and_profiled_within_a_second() -> None:
+    from pytest_sme2.analysis import profile
+
+    name = "a" + " " * 200_000 + "b"
+    op = _xnnpack(name, 1_010, 1_020)
+    data = build_etdump([execute_block(Prof("DELEGATE_CALL", 1_005, 1_090, [op]))])
+    start = time.perf_counter()
+    trace = parse_etdump(data)
+    prof = profile(trace)  # classifies every event name
+    assert time.perf_counter() - start < 1.0
+    assert name in [event.name for event in trace.runs[0].events] and prof.runs == 1
+
+
+def test_structured_mutations_of_real_traces_parse_or_fail_in_one_line() -> None:
+    """~1,000 mutated real ETDumps (aliased offsets, grown lengths, moved vtable slots, extreme
+    times; tests/etdump_fuzz.py): each a Trace or a one-line TraceError, none slow.
+    ``benchmarks/fuzz_etdump.py`` runs 10,000 and prints the counts."""
+    start = time.perf_counter()
+    outcome = fuzz(1_000, seed=19)
+    assert sum(outcome.counts.values()) == 1_000
+    parsed = sum(n for kind, n in outcome.counts.items() if kind.startswith("parsed"))
+    assert 0 < parsed < 1_000  # both answers occur: the mutations reach the reader's checks
+    assert outcome.slowest_s < 1.0 and time.perf_counter() - start < 30

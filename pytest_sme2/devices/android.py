@@ -31,7 +31,6 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
-from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import isa_features, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
@@ -47,6 +46,7 @@ from pytest_sme2.runner.invoke import (
     collect_result,
     exit_reason,
     run_process,
+    run_step,
     runner_command,
 )
 
@@ -61,6 +61,8 @@ _ADB_TIMEOUT_S = 300
 #: The deadline of the ``adb shell kill`` that ends a hung runner on the phone: a device that
 #: cannot answer that in a minute is wedged, and saying so beats waiting.
 _KILL_TIMEOUT_S = 60
+#: Building the sme2-off shim with the NDK's clang: one small C file.
+_COMPILE_TIMEOUT_S = 120
 RUNNER_PID_NAME = "runner.pid"
 _LOGCAT_LINES = 400
 _DEVICE_LOST = re.compile(
@@ -320,10 +322,11 @@ def build_android_shim(ndk: Path) -> Path:
         bridge = out / "bionic_getauxval.c"
         bridge.write_text(_BIONIC_BRIDGE)
         command = shim_compile_command(clang, out / "hide_sme.so", bridge)
-        result = subprocess.run(command, capture_output=True, text=True, errors="replace")
+        what = "building the Android sme2-off shim"
+        result = run_step(command, what, timeout_s=_COMPILE_TIMEOUT_S)
         if result.returncode != 0:
             raise RunnerError(
-                f"building the Android sme2-off shim failed (exit {result.returncode}): "
+                f"{what} failed (exit {result.returncode}): "
                 f"{_tail(result.stderr)}; command: {shlex.join(command)}"
             )
 
@@ -460,18 +463,17 @@ class AndroidDevice(Device):
     def _attached(self) -> dict[str, str]:
         """Serial -> state (``device``, ``offline``, ``unauthorized``) of what adb sees."""
         try:
-            result = subprocess.run(
-                [self.adb, "devices"],
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=60,
-            )
+            result = run_process([self.adb, "devices"], timeout_s=_KILL_TIMEOUT_S)
         except FileNotFoundError as err:
             raise ConfigError(
                 f"--sme2-adb={self.adb}: no such program; install Android platform-tools or "
                 "pass the adb path"
             ) from err
+        except subprocess.TimeoutExpired:
+            raise RunnerError(
+                f"`{self.adb} devices` did not answer within {_KILL_TIMEOUT_S:g} s: the adb "
+                "server hangs (`adb kill-server` restarts it)"
+            ) from None
         attached = {}
         for line in result.stdout.splitlines()[1:]:
             parts = line.split()
@@ -702,7 +704,7 @@ class AndroidDevice(Device):
         threads: int,
         workdir: Path,
         *,
-        deadline: Deadline = DEFAULT_DEADLINE,  # no run of its own: kernels come from run()'s logs
+        timeout_s: float | None = None,  # no run of its own: kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
         kernels = self._kernels.get((model, variant))

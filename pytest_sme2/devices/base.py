@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.trace import Trace
 
@@ -119,6 +118,9 @@ class Sme2Evidence:
 
 OptionGetter = Callable[[str], Any]
 
+#: The executions of an evidence run at most: a warm-up and the counted inference.
+EVIDENCE_EXECUTIONS = 2
+
 
 class Device(ABC):
     """Base class of devices. Subclasses are registered in ``pytest_sme2.devices.registry``."""
@@ -181,8 +183,12 @@ class Device(ABC):
         threads: int,
         workdir: Path,
         *,
-        deadline: Deadline = DEFAULT_DEADLINE,
+        timeout_s: float | None = None,
     ) -> Sme2Evidence | None:
-        """Kernel/instruction evidence for ``variant``, or None where the device has none;
-        ``deadline`` gives the deadline of any run it makes."""
+        """Kernel/instruction evidence for ``variant``, or None where the device has none.
+
+        ``timeout_s`` is the deadline of a run of :data:`EVIDENCE_EXECUTIONS` executions, the
+        most an evidence run makes (None: the device's default). A number, computed by the
+        caller (``pytest_sme2.measure`` from ``pytest_sme2.deadline``): a device knows nothing
+        of baselines."""
         return None

@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
-from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
 from pytest_sme2.devices.android import RUNNER_SPEC_KEYS, add_runner_options
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, RunPlan, RunResult, run_runner, run_step
 
 SHIM_SOURCE = Path(__file__).resolve().parent / "shim" / "mac_hide_sme.c"
 SME_KEYS = ("hw.optional.arm.FEAT_SME", "hw.optional.arm.FEAT_SME2")
@@ -210,7 +208,7 @@ class MacDevice(Device):
         threads: int,
         workdir: Path,
         *,
-        deadline: Deadline = DEFAULT_DEADLINE,  # no run of its own: kernels come from run()'s logs
+        timeout_s: float | None = None,  # no run of its own: kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
         kernels = self._kernels.get((model, variant))
@@ -219,20 +217,19 @@ class MacDevice(Device):
         return kernel_evidence(kernels, source="XNNPACK kernel log")
 
 
+#: Compiling the dylib or the probe (one small C file each), and running the probe (at once).
+_COMPILE_TIMEOUT_S = 120
+_PROBE_TIMEOUT_S = 30
+
+
 def _sysctl(*keys: str) -> str:
     """``sysctl KEY...``'s stdout; unknown keys are left out (sysctl exits 1 for them)."""
-    try:
-        result = subprocess.run(
-            ["sysctl", *keys], capture_output=True, text=True, errors="replace", timeout=60
-        )
-    except OSError as err:
-        raise RunnerError(f"cannot run sysctl ({err.strerror})") from err
-    return result.stdout
+    return run_step(["sysctl", *keys], "sysctl", timeout_s=ANSWER_TIMEOUT_S).stdout
 
 
 def _build_tools() -> tuple[Path, Path]:
     """The SME-hiding dylib and the sysctl probe, compiled with the Mac's ``cc`` once, cached."""
-    version = subprocess.run(["cc", "--version"], capture_output=True, text=True).stdout
+    version = run_step(["cc", "--version"], "cc --version", timeout_s=ANSWER_TIMEOUT_S).stdout
 
     def build(out: Path) -> None:
         probe_source = out / "sme_probe.c"
@@ -241,10 +238,11 @@ def _build_tools() -> tuple[Path, Path]:
             shim_compile_command("cc", SHIM_SOURCE, out / "mac_hide_sme.dylib"),
             ["cc", "-O2", "-Wall", "-o", str(out / "sme_probe"), str(probe_source)],
         ):
-            result = subprocess.run(command, capture_output=True, text=True, errors="replace")
+            what = f"compiling {command[-1]}"
+            result = run_step(command, what, timeout_s=_COMPILE_TIMEOUT_S)
             if result.returncode != 0:
                 raise RunnerError(
-                    f"compiling {command[-1]} failed (exit {result.returncode}): "
+                    f"{what} failed (exit {result.returncode}): "
                     f"{result.stderr.strip()[-300:]}; is Xcode's command line tools installed "
                     "(xcode-select --install)?"
                 )
@@ -258,10 +256,10 @@ def _verify_hiding(probe: Path, shim: Path) -> None:
     """The probe must see SME and SME2 plainly and neither with the dylib inserted."""
 
     def probe_says(env: dict[str, str]) -> str:
-        result = subprocess.run(
-            [str(probe)], capture_output=True, text=True, env={**os.environ, **env}, timeout=60
+        probed = run_step(
+            [str(probe)], "the SME probe", timeout_s=_PROBE_TIMEOUT_S, env={**os.environ, **env}
         )
-        return result.stdout.strip()
+        return probed.stdout.strip()
 
     plain, hidden = probe_says({}), probe_says({DYLD_INSERT: str(shim)})
     if plain != "1 1" or hidden != "0 0":

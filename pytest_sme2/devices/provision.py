@@ -30,9 +30,7 @@ import importlib.metadata
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from filelock import FileLock
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.devices.qemu_log import QEMU_LOG_FLAGS
 from pytest_sme2.errors import ConfigError, RunnerError, Sme2Error
+from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, run_step
 
 QEMU_ENV = "SME2_QEMU"
 """Environment variable naming a user-supplied ``qemu-aarch64`` (>= 11)."""
@@ -59,7 +58,16 @@ _TRIPLE = "aarch64-linux-gnu"
 _KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 _BACKPORTS = f"deb [signed-by={_KEYRING}] http://deb.debian.org/debian trixie-backports main"
 _WHEEL_PLATFORM = "manylinux_2_28_aarch64"
-_TIMEOUT_S = 900
+# Each step's deadline, sized to its job (a hang becomes one line naming the step and command,
+# not 45 minutes of waiting; a question a tool answers at once has ANSWER_TIMEOUT_S): a probe
+# under qemu (a ten-line guest program, under a second here), compiling two small C files, apt's
+# package lists, and a download (qemu-user's .deb, the ~100 MB aarch64 executorch wheel) or a
+# package installation.
+_PROBE_TIMEOUT_S = 30
+_COMPILE_TIMEOUT_S = 120
+_APT_UPDATE_TIMEOUT_S = 300
+_DOWNLOAD_TIMEOUT_S = 900
+_EXTRACT_TIMEOUT_S = 120
 # Prints the two capability words cpuinfo (hence XNNPACK) decides by, in hex.
 _PROBE_SOURCE = """\
 #include <stdio.h>
@@ -196,8 +204,8 @@ def _cross_compilers(root: Path, log: Callable[[str], None]) -> tuple[Path, Path
             return found
         log(f"qemu-sme2: installing {', '.join(CROSS_PACKAGES)} with apt-get")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        _run(["apt-get", "update"], "apt-get update", env=env)
-        _run(install.split(), install, env=env)
+        _run(["apt-get", "update"], "apt-get update", _APT_UPDATE_TIMEOUT_S, env=env)
+        _run(install.split(), install, _DOWNLOAD_TIMEOUT_S, env=env)
     found = _find_cross()
     if found is None:
         raise RunnerError(
@@ -222,9 +230,10 @@ def _build_tools(out: Path, cc: Path) -> None:
     probe_source = out / "hwcap_probe.c"
     probe_source.write_text(_PROBE_SOURCE)
     shim = [str(cc), "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror"]
-    _run([*shim, "-o", str(out / "hide_sme.so"), str(SHIM_SOURCE)], f"compiling {SHIM_SOURCE}")
+    shim += ["-o", str(out / "hide_sme.so"), str(SHIM_SOURCE)]
+    _run(shim, f"compiling {SHIM_SOURCE}", _COMPILE_TIMEOUT_S)
     probe = [str(cc), "-O2", "-Wall", "-o", str(out / "hwcap_probe"), str(probe_source)]
-    _run(probe, "compiling the hwcap probe")
+    _run(probe, "compiling the hwcap probe", _COMPILE_TIMEOUT_S)
 
 
 # --- qemu ----------------------------------------------------------------------------------------
@@ -265,8 +274,10 @@ def _fetch_qemu(out: Path, shim: Path, probe: Path, log: Callable[[str], None]) 
     }
     apt_get = ["apt-get", "-q"] + [f"-o{key}={value}" for key, value in options.items()]
     log("qemu-sme2: fetching qemu-user (qemu-aarch64 >= 11) from Debian trixie-backports")
-    _run([*apt_get, "update"], "apt-get update (trixie-backports only, private apt lists)")
-    _run([*apt_get, "download", "qemu-user"], "apt-get download qemu-user", cwd=apt)
+    lists = "apt-get update (trixie-backports only, private apt lists)"
+    _run([*apt_get, "update"], lists, _APT_UPDATE_TIMEOUT_S)
+    download = [*apt_get, "download", "qemu-user"]
+    _run(download, "apt-get download qemu-user", _DOWNLOAD_TIMEOUT_S, cwd=apt)
     (deb,) = apt.glob("qemu-user_*.deb")
     qemu = out / "qemu-aarch64"
     _extract_from_deb(deb, "./usr/bin/qemu-aarch64", qemu)
@@ -282,22 +293,13 @@ def _fetch_qemu(out: Path, shim: Path, probe: Path, log: Callable[[str], None]) 
 
 
 def _extract_from_deb(deb: Path, member: str, dest: Path) -> None:
-    """Stream one file out of a .deb's data archive (the other 40 emulators stay packed)."""
-    command = ["dpkg-deb", "--fsys-tarfile", str(deb)]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        assert proc.stdout is not None
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-            for info in archive:
-                if info.name == member:
-                    source = archive.extractfile(info)
-                    assert source is not None
-                    with dest.open("wb") as sink:
-                        shutil.copyfileobj(source, sink)
-                    break
-        proc.stdout.close()
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if not dest.is_file():
-        raise RunnerError(f"{deb.name}: no {member} in it ({_tail(stderr)})")
+    """Stream one file out of a .deb's data archive (the other 40 emulators stay packed): one
+    pipeline under one deadline, killed with its process group if it hangs."""
+    pipeline = 'dpkg-deb --fsys-tarfile "$0" | tar -xOf - "$1" > "$2"'
+    command = ["sh", "-c", pipeline, str(deb), member, str(dest)]
+    result = run_step(command, f"extracting {member} from {deb.name}", timeout_s=_EXTRACT_TIMEOUT_S)
+    if result.returncode != 0 or not dest.is_file() or dest.stat().st_size == 0:
+        raise RunnerError(f"{deb.name}: no {member} in it ({_tail(result.stderr)})")
     dest.chmod(0o755)
 
 
@@ -326,11 +328,9 @@ def _verify_qemu(qemu: Path, shim: Path, probe: Path, *, fix: str, error: type[S
     ``error`` is ConfigError for a user-supplied qemu (the user's to fix), RunnerError for ours.
     """
     try:
-        result = subprocess.run(
-            [str(qemu), "--version"], capture_output=True, text=True, errors="replace", timeout=60
-        )
-    except (OSError, subprocess.SubprocessError) as err:
-        raise error(f"{qemu}: cannot run it as qemu-aarch64 ({err}); {fix}") from err
+        result = run_step([str(qemu), "--version"], f"{qemu} --version", timeout_s=ANSWER_TIMEOUT_S)
+    except RunnerError as err:
+        raise error(f"{qemu}: cannot run it as qemu-aarch64 ({err}); {fix}") from None
     match = re.search(r"qemu-aarch64 version (\d+)\.(\d+)(?:\.(\d+))?", result.stdout)
     if result.returncode != 0 or match is None:
         said = _first(result.stdout + result.stderr)
@@ -354,7 +354,7 @@ def _verify_qemu(qemu: Path, shim: Path, probe: Path, *, fix: str, error: type[S
 
 
 def _probe(command: Sequence[str]) -> Hwcaps:
-    output = _run(list(command), "the hwcap probe under qemu")
+    output = _run(list(command), "the hwcap probe under qemu", _PROBE_TIMEOUT_S)
     try:
         hwcap, hwcap2 = (int(word, 16) for word in output.split())
     except ValueError as err:
@@ -400,7 +400,7 @@ def _fetch_wheel(out: Path, version: str, python: str, log: Callable[[str], None
         f"executorch=={version}",
     ]
     log(f"qemu-sme2: downloading the aarch64 executorch {version} wheel")
-    _run(download, " ".join(["pip", *download[3:]]))
+    _run(download, " ".join(["pip", *download[3:]]), _DOWNLOAD_TIMEOUT_S)
     (wheel,) = (out / "wheel").glob("executorch-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(out, [n for n in archive.namelist() if n.startswith("executorch/")])
@@ -416,21 +416,16 @@ def _fetch_wheel(out: Path, version: str, python: str, log: Callable[[str], None
 
 
 def _run(
-    command: list[str], what: str, *, cwd: Path | None = None, env: dict[str, str] | None = None
+    command: list[str],
+    what: str,
+    timeout_s: float,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> str:
-    """Run a provisioning step; RunnerError naming the step and its last output on failure."""
-    try:
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            cwd=cwd,
-            env=env,
-            timeout=_TIMEOUT_S,
-        )
-    except (OSError, subprocess.SubprocessError) as err:
-        raise RunnerError(f"{what} could not run: {err}") from err
+    """Run a provisioning step under its deadline (``run_step``); RunnerError naming the step
+    and its last output on failure."""
+    result = run_step(command, what, timeout_s=timeout_s, cwd=cwd, env=env)
     if result.returncode != 0:
         raise RunnerError(
             f"{what} failed (exit {result.returncode}): {_tail(result.stderr or result.stdout)}"
@@ -439,7 +434,8 @@ def _run(
 
 
 def _first_line(command: list[str]) -> str:
-    return _first(_run(command, " ".join(command)))
+    """The first line a tool answers a question with (``--version``)."""
+    return _first(_run(command, " ".join(command), ANSWER_TIMEOUT_S))
 
 
 def _first(text: str) -> str:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from pytest_sme2.attribution import instruction_trace
-from pytest_sme2.deadline import DEFAULT_DEADLINE, Deadline
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import cpu_model, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence
@@ -179,7 +178,7 @@ class QemuSme2Device(Device):
         threads: int,
         workdir: Path,
         *,
-        deadline: Deadline = DEFAULT_DEADLINE,
+        timeout_s: float | None = None,
     ) -> Sme2Evidence:
         """Instructions of one steady-state inference, split by its ETDump events, and the
         kernels it executed.
@@ -196,9 +195,7 @@ class QemuSme2Device(Device):
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo)
         libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
-        plan = RunPlan(
-            runs=1, warmup=1, threads=threads, traced=True, timeout_s=deadline.seconds(2)
-        )
+        plan = RunPlan(runs=1, warmup=1, threads=threads, traced=True, timeout_s=timeout_s)
         try:
             calls, result = _count_while(
                 fifo,

@@ -12,13 +12,14 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, run_step
 
 RUNNER_SOURCE_DIR = Path(__file__).resolve().parent
 """Where ``sme2_runner.cpp``, ``CMakeLists.txt`` and the toolchain files live."""
@@ -33,7 +34,10 @@ _TARGETS: dict[str, tuple[str | None, str]] = {
     "aarch64": ("aarch64-linux-gnu.cmake", "aarch64-linux-gnu-g++"),
 }
 _COMPILER_PACKAGES = {"host": "g++", "aarch64": "g++-aarch64-linux-gnu"}
-_BUILD_TIMEOUT_S = 600
+# A configure takes seconds, a runner build 1–3 minutes on 2 cores (benchmarks/runner_build.py):
+# each stage's deadline leaves room for a loaded machine, not for a hang.
+_CONFIGURE_TIMEOUT_S = 300
+_BUILD_TIMEOUT_S = 900
 # Build-tool lines that only say that something else failed.
 _MAKE_NOISE = re.compile(r"^(g?make(\[\d+\])?: \*\*\*|ninja: build stopped)")
 
@@ -154,14 +158,15 @@ def _compiler(target: str) -> str:
 def _compiler_version(target: str) -> str:
     compiler = _compiler(target)
     try:
-        result = subprocess.run(
-            [compiler, "--version"], capture_output=True, text=True, errors="replace", check=True
-        )
-    except (OSError, subprocess.CalledProcessError) as err:
+        command = [compiler, "--version"]
+        result = run_step(command, shlex.join(command), timeout_s=ANSWER_TIMEOUT_S)
+        if result.returncode != 0:
+            raise RunnerError(f"{compiler} --version failed (exit {result.returncode})")
+    except RunnerError as err:
         raise RunnerError(
             f"no working C++ compiler {compiler!r} for the {target} runner: "
             f"apt-get install {_COMPILER_PACKAGES[target]} ({err})"
-        ) from err
+        ) from None
     return result.stdout.strip().splitlines()[0] if result.stdout.strip() else compiler
 
 
@@ -177,10 +182,9 @@ def _wheel_fingerprint(package: Path) -> str:
 
 def _cmake_version(cmake: Path) -> tuple[int, ...] | None:
     try:
-        result = subprocess.run(
-            [str(cmake), "--version"], capture_output=True, text=True, errors="replace", timeout=60
-        )
-    except (OSError, subprocess.SubprocessError):
+        command = [str(cmake), "--version"]
+        result = run_step(command, shlex.join(command), timeout_s=ANSWER_TIMEOUT_S)
+    except RunnerError:
         return None
     match = re.search(r"cmake version (\d+)\.(\d+)", result.stdout)
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -207,20 +211,12 @@ def _build(out: Path, target: str, package: Path, source_dir: Path, entry: Path)
     build = [str(cmake), "--build", str(build_dir), "--parallel", "2"]
     log: list[str] = []
     start = time.perf_counter()
-    for stage, command in (("configure", configure), ("build", build)):
+    for stage, command, timeout_s in (
+        ("configure", configure, _CONFIGURE_TIMEOUT_S),
+        ("build", build, _BUILD_TIMEOUT_S),
+    ):
         log.append("$ " + " ".join(command))
-        try:
-            result = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=_BUILD_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired as err:
-            raise RunnerError(
-                f"{stage} of the {target} runner took over {_BUILD_TIMEOUT_S} s: {command[0]}"
-            ) from err
+        result = run_step(command, f"{stage} of the {target} runner", timeout_s=timeout_s)
         log += [result.stdout, result.stderr]
         if result.returncode != 0:
             failed_log = entry.with_name(entry.name + ".failed.log")

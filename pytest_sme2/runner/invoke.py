@@ -9,13 +9,15 @@ can never be mistaken for the previous one's results.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,10 @@ from pytest_sme2.errors import ConfigError, RunnerError
 #: The deadline of a native run when none is given (``--sme2-timeout``): generous, since a run
 #: may hold hundreds of inferences; an emulating device sets a longer one of its own.
 DEFAULT_TIMEOUT_S = 900.0
+
+#: The deadline of a question a tool answers at once (``--version``, ``sysctl``): seconds, so a
+#: tool that hangs is named in one line at once rather than holding the session.
+ANSWER_TIMEOUT_S = 15.0
 
 TIMINGS_NAME = "timings.json"
 ETDUMP_NAME = "run.etdump"
@@ -148,7 +154,11 @@ def run_runner(
 
 
 def run_process(
-    command: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None
+    command: Sequence[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``command`` in a process group of its own and wait at most ``timeout_s``.
 
@@ -158,6 +168,10 @@ def run_process(
     (Ctrl-C, SIGTERM turned into an exception), the whole group is killed before the error
     propagates, so no process outlives the call. Raises ``subprocess.TimeoutExpired`` carrying
     what the command wrote.
+
+    A kill -9 of pytest runs none of that: on Linux the process also gets SIGKILL when its
+    parent dies (:func:`_dies_with_parent`), so a runner or qemu never runs on for minutes,
+    re-parented to PID 1. Elsewhere it is left to the process group's other deadlines.
     """
     proc = subprocess.Popen(
         command,
@@ -166,7 +180,9 @@ def run_process(
         text=True,
         errors="replace",  # a corrupt model can make the runtime log raw bytes
         env=dict(env) if env is not None else None,
+        cwd=cwd,
         start_new_session=True,
+        preexec_fn=_dies_with_parent(),
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -179,6 +195,55 @@ def run_process(
         proc.communicate()
         raise
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+#: ``prctl`` option: the signal a process gets when the thread that started it ends
+#: (linux/prctl.h). Kept across ``exec`` (qemu, a wrapper script that execs the runner).
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """What a new process runs before ``exec`` on Linux: SIGKILL to it when its parent dies;
+    None elsewhere. Armed in the child, then checked: a parent that died before the signal was
+    armed would never send it, and the child then ends itself at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in it
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+def run_step(
+    command: Sequence[str],
+    what: str,
+    *,
+    timeout_s: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one preparation step (a build, a download, a probe) under its own deadline.
+
+    A hang becomes one RunnerError naming the step, its deadline and the command; a command that
+    cannot start, one naming the step and why. The exit status is the caller's to judge.
+    """
+    shown = shlex.join(command)
+    try:
+        return run_process(command, timeout_s=timeout_s, env=env, cwd=cwd)
+    except subprocess.TimeoutExpired as err:
+        said = _tail(err.stderr or err.stdout or "")
+        raise RunnerError(
+            f"{what} did not finish within its {timeout_s:g} s deadline: killed it; "
+            f"last output: {said}; command: {shown}"
+        ) from None
+    except OSError as err:
+        problem = err.strerror or err
+        raise RunnerError(f"{what} could not run ({problem}); command: {shown}") from None
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
