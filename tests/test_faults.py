@@ -227,22 +227,8 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
     pytester.makeconftest(inner_conftest("fine", "hangs"))  # judged, then cut in its run
     pytester.makepyfile(test_cut=INNER_TEST)
     baselines, artifacts = tmp_path / "baselines", tmp_path / "artifacts"
-    session = pytester.popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            *(["-n", str(workers)] if workers else []),
-            "--sme2-device=qemu-sme2",
-            f"--sme2-qemu={wrapper}",
-            f"--sme2-baseline-dir={baselines}",
-            f"--sme2-artifacts={artifacts}",
-            "--sme2-update-baselines",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    session = _inner_session(
+        pytester, wrapper, tmp_path, *(["-n", str(workers)] if workers else [])
     )
     judged = artifacts / "qemu-sme2" / "fine-fp32" / "report.md"  # written once it is judged
     try:
@@ -337,17 +323,19 @@ def test_kill_9_of_a_process_in_a_runner_call_leaves_no_runner_alive(tmp_path: P
         subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
 
 
-def _session_until(
-    pytester: pytest.Pytester, wrapper: Path, marker: str, tmp_path: Path
+def _inner_session(
+    pytester: pytest.Pytester, wrapper: Path, tmp_path: Path, *extra: str
 ) -> subprocess.Popen[bytes]:
-    """An inner qemu-sme2 session through ``wrapper``, returned once ``marker`` runs."""
-    session = pytester.popen(
+    """An inner qemu-sme2 session through ``wrapper`` updating the baselines under ``tmp_path``,
+    started in the background (its output on ``stdout``)."""
+    return pytester.popen(
         [
             sys.executable,
             "-m",
             "pytest",
             "-p",
             "no:cacheprovider",
+            *extra,
             "--sme2-device=qemu-sme2",
             f"--sme2-qemu={wrapper}",
             f"--sme2-baseline-dir={tmp_path / 'baselines'}",
@@ -357,6 +345,13 @@ def _session_until(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+
+
+def _session_until(
+    pytester: pytest.Pytester, wrapper: Path, marker: str, tmp_path: Path
+) -> subprocess.Popen[bytes]:
+    """An inner qemu-sme2 session through ``wrapper``, returned once ``marker`` runs."""
+    session = _inner_session(pytester, wrapper, tmp_path)
     deadline = time.monotonic() + 300
     while not _alive(marker):
         assert session.poll() is None, session.stdout.read().decode()
