@@ -141,11 +141,15 @@ if fault is None or "--etdump_path" not in args:
     os.execv(REAL, [REAL, *args])
 runner = subprocess.Popen([REAL, *args])
 if fault == "killed":
-    time.sleep(0.1)  # qemu is still loading the program: 0.5 s or more for a traced run here
-    runner.send_signal(signal.SIGSEGV)
+    # SIGKILL, not SIGSEGV: qemu-user installs its own SIGSEGV handler within the first ~0.1 s
+    # and hands the signal to the guest, so a SIGSEGV raced it (the traced run survived once and
+    # the evidence run died instead); SIGKILL kills whatever qemu is doing.
+    time.sleep(0.1)
+    runner.send_signal(signal.SIGKILL)
 code = runner.wait()
-if code < 0:  # die the way the runner died
-    signal.signal(-code, signal.SIG_DFL)
+if code < 0:  # die the way the runner died (SIGKILL's action needs no reset, nor allows one)
+    if -code != signal.SIGKILL:
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 if code != 0:
     sys.exit(code)
@@ -164,7 +168,7 @@ elif fault == "shape":
 
 #: What each fault's one line says after "qemu-sme2 (sme2-on): ".
 FAULT_SENTENCES = {
-    "killed": r"runner killed by SIGSEGV: .*; command: \S*qemu-aarch64 .*",
+    "killed": r"runner killed by SIGKILL: .*; command: \S*qemu-aarch64 .*",
     "truncated": r"\S+/sme2-on-traced/run\.etdump: .*",
     "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
     "bad_timings": r"\S+/timings\.json: runner timings unreadable \(.*",
