@@ -91,6 +91,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from pytest_sme2.report.artifacts import REPORT_NAME
     from pytest_sme2.report.rundir import compare_etdumps, compare_run_dirs
 
     if args.off.is_dir() and args.on.is_dir():
@@ -98,7 +99,7 @@ def _compare(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(compare_etdumps(args.off, args.on, warmup=args.warmup, out=args.out))
     if args.out:
-        print(f"sme2: wrote {args.out / 'report.md'} and the artifacts", file=sys.stderr)
+        print(f"sme2: wrote {args.out / REPORT_NAME} and the artifacts", file=sys.stderr)
     return 0
 
 
