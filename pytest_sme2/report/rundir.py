@@ -37,6 +37,7 @@ from pytest_sme2.report.artifacts import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     SESSION_REPORT_NAME,
+    Program,
     write_artifacts,
 )
 from pytest_sme2.report.charts import render_charts
@@ -139,28 +140,36 @@ def _read_manifest(manifest_path: Path) -> Any:
 
 @dataclass(frozen=True)
 class KitRun:
-    """A reference-kit run directory: the program its ``manifest.json`` names, where it does."""
+    """A run directory (the kit's, or ours): the program its ``manifest.json`` names."""
 
     directory: Path
     #: ``<model>_xnnpack_<dtype>``, the .pte's stem
     program_stem: str | None
+    #: the program and its ETRecord, where they are still there
+    pte: Path | None
     etrecord: Path | None
 
     @classmethod
     def read(cls, manifest_path: Path, data: Mapping[str, Any]) -> KitRun:
-        """The run of a kit manifest. Its ``model`` is a path on the machine that ran it: when
-        the directory has moved, the ETRecord is looked for beside the manifest by its name."""
+        """The run of a manifest. Its ``model`` is a path on the machine that ran it: when the
+        directory has moved, the program is looked for beside the manifest by its name."""
         directory = manifest_path.parent
         model = data.get("model")
         if not isinstance(model, str) or not model:
-            return cls(directory, None, None)
-        pte = Path(model)
-        candidates = (Path(f"{pte}.etrecord"), directory / f"{pte.name}.etrecord")
-        etrecord = next((c for c in candidates if c.is_file()), None)
-        return cls(directory, pte.stem, etrecord)
+            return cls(directory, None, None, None)
+        named = Path(model)
+        ptes = (named, directory / named.name)
+        pte = next((c for c in ptes if c.is_file()), None)
+        etrecords = (Path(f"{named}.etrecord"), directory / f"{named.name}.etrecord")
+        etrecord = next((c for c in etrecords if c.is_file()), None)
+        return cls(directory, named.stem, pte, etrecord)
 
     def backends(self) -> dict[int, str] | None:
         return delegate_backends(self.etrecord) if self.etrecord is not None else None
+
+    def program(self) -> Program | None:
+        """What a report made from this run copies into its own run directory."""
+        return Program(self.pte, self.etrecord) if self.pte is not None else None
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,9 @@ class Found:
     name: str
     measurement: Measurement
     verdicts: tuple[Verdict, ...]
+    #: the report's title where the run had one (the pytest node id)
+    title: str | None = None
+    program: Program | None = None
 
 
 def _foreign_case(key: str, folder: str = "", program_stem: str | None = None) -> dict[str, Any]:
@@ -220,10 +232,14 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
         if any(manifest_path.resolve().is_relative_to(d) for d in skip):
             continue
         data = _read_manifest(manifest_path)
-        if _record(data) is not None:
+        ours_record = _record(data)
+        if ours_record is not None:
             m, verdicts = load_test_dir(manifest_path)
             name = str(manifest_path.parent.relative_to(run_dir)).replace("/", "_")
-            found.append(Found(name if name != "." else m.model, m, verdicts))
+            config = ours_record.get("config")
+            title = config.get("nodeid") if isinstance(config, dict) else None
+            program = KitRun.read(manifest_path, data).program()
+            found.append(Found(name if name != "." else m.model, m, verdicts, title, program))
             ours.append(manifest_path.parent)
         elif isinstance(data, dict):
             kit_runs.append(KitRun.read(manifest_path, data))
@@ -252,7 +268,12 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
         backends = run.backends() if run is not None else None
         m = measurement_from_etdumps(etdumps, warmup=warmup, backends=backends, **case)
         found.append(
-            Found(f"{case['model']}_{case['dtype']}_{case['device']}_t{case['threads']}", m, ())
+            Found(
+                f"{case['model']}_{case['dtype']}_{case['device']}_t{case['threads']}",
+                m,
+                (),
+                program=run.program() if run is not None else None,
+            )
         )
     if not found:
         raise ConfigError(
@@ -273,6 +294,8 @@ def report_run_dir(run_dir: Path, out: Path, *, warmup: int) -> str:
             out / item.name,
             config={"source": str(run_dir)},
             charts=render_charts(m),
+            title=item.title,
+            program=item.program,
         )
         entries.append(SessionEntry(item.name, m, item.verdicts, written.report_md))
     text = session_report(entries, base=out)
