@@ -38,7 +38,9 @@ def kit_run_dir(tmp_path: Path) -> Path:
 def test_report_pairs_kit_etdumps_and_writes_everything(kit_run_dir: Path, capsys):
     assert main(["report", str(kit_run_dir)]) == 0
     printed = capsys.readouterr()
-    out = kit_run_dir / "sme2-report"
+    # beside the run directory, not in it: the kit's tools would sum the report's ETDump copies
+    out = kit_run_dir.parent / "mac-sme2-report"
+    assert len(list(kit_run_dir.glob("**/*.etdump"))) == 2
     assert printed.out == (out / "report.md").read_text()
     assert "| toy_fp16_mac_t1 | toy | fp16 | mac |" in printed.out
     case = out / "toy_fp16_mac_t1"
@@ -51,9 +53,11 @@ def test_report_pairs_kit_etdumps_and_writes_everything(kit_run_dir: Path, capsy
     assert "traced runs' E2E" in (case / "sme2_report.md").read_text()
     ops = pd.read_csv(case / "mac_sme2_on" / "toy_xnnpack_fp16_mac_sme2_on_t1_exec_ops_stats.csv")
     assert len(ops) == len(on_entry["operator_details"])
-    # Running it again ignores the previous output inside the run directory.
-    assert main(["report", str(kit_run_dir)]) == 0
-    assert capsys.readouterr().out == printed.out
+    # Output put inside the run directory is ignored when it is read again.
+    inside = ["--out", str(kit_run_dir / "sme2-report")]
+    assert main(["report", str(kit_run_dir), *inside]) == 0
+    assert main(["report", str(kit_run_dir), *inside]) == 0
+    assert capsys.readouterr().out == printed.out * 2
 
 
 def test_report_reloads_pytest_sme2_artifacts_exactly(tmp_path: Path, capsys):
