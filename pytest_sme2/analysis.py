@@ -102,10 +102,14 @@ class Profile:
         return self.operators[:n]
 
     def to_json(self) -> dict[str, Any]:
-        """The one JSON form of a profile (``sme2 analyze --json``, analysis_summary.json, the
-        case record): stable keys other tools can rely on, and every field, so
-        :meth:`from_json` gives back an equal Profile. ``shares`` is derived, for readers."""
-        return {
+        """The one JSON form of a profile (``sme2 analyze --json``, the case record): stable keys
+        other tools can rely on, and every field, so :meth:`from_json` gives back an equal
+        Profile. ``shares`` is derived, for readers.
+
+        Keys name their unit: ``*_ms`` in milliseconds, ``*_minstr`` (millions of instructions)
+        for an instruction-timed profile — a reader that takes every ``_ms`` for time (the
+        reference kit's tools, a spreadsheet) is never shown instructions as milliseconds."""
+        data = {
             "runs": self.runs,
             "warmup": self.warmup,
             "unit": self.unit,
@@ -120,9 +124,13 @@ class Profile:
             "backends": {str(k): v for k, v in self.backends.items()},
             "operators": [asdict(op) for op in self.operators],
         }
+        return _suffixed(data, MS_SUFFIX, unit_suffix(self.unit))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Profile:
+        suffix = unit_suffix(data["unit"])
+        if f"e2e{suffix}" in data:  # a record of an older pytest-sme2 has "_ms" for every unit
+            data = _suffixed(data, suffix, MS_SUFFIX)
         return cls(
             e2e_ms=tuple(data["e2e_ms"]),
             warmup=data["warmup"],
@@ -136,6 +144,30 @@ class Profile:
             backends={int(k): v for k, v in data["backends"].items()},
             unit=data["unit"],
         )
+
+
+MS_SUFFIX = "_ms"
+#: the key suffix of a quantity in millions of instructions (:data:`INSTRUCTIONS`)
+MINSTR_SUFFIX = "_minstr"
+
+
+def unit_suffix(unit: str) -> str:
+    """The key/column suffix that names ``unit``: ``_ms``, or ``_minstr`` for instructions."""
+    return MINSTR_SUFFIX if unit == INSTRUCTIONS else MS_SUFFIX
+
+
+def _suffixed(data: Any, old: str, new: str) -> Any:
+    """``data`` with every mapping key ending in ``old`` ending in ``new`` instead (nested)."""
+    if old == new:
+        return data
+    if isinstance(data, Mapping):
+        return {
+            (k.removesuffix(old) + new if k.endswith(old) else k): _suffixed(v, old, new)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_suffixed(v, old, new) for v in data]
+    return data
 
 
 def event_backend(event: Event, backends: Mapping[int, str] | None = None) -> str:

@@ -81,16 +81,24 @@ def _analyze(args: argparse.Namespace) -> int:
 REPORT_WARMUP = 1
 
 
+def default_report_dir(run_dir: Path) -> Path:
+    """``<RUN_DIR>-sme2-report`` beside the run directory, never inside it: the reference kit's
+    tools sum every ETDump below a run directory, the report's copies included."""
+    run_dir = run_dir.resolve()
+    return run_dir.with_name(f"{run_dir.name}-sme2-report")
+
+
 def _report(args: argparse.Namespace) -> int:
     from pytest_sme2.report.rundir import report_run_dir
 
-    out = args.out or args.run_dir / "sme2-report"
+    out = args.out or default_report_dir(args.run_dir)
     sys.stdout.write(report_run_dir(args.run_dir, out, warmup=args.warmup))
     print(f"sme2: wrote {out / 'report.md'} and per-test artifacts under {out}", file=sys.stderr)
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from pytest_sme2.report.artifacts import REPORT_NAME
     from pytest_sme2.report.rundir import compare_etdumps, compare_run_dirs
 
     if args.off.is_dir() and args.on.is_dir():
@@ -98,7 +106,7 @@ def _compare(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(compare_etdumps(args.off, args.on, warmup=args.warmup, out=args.out))
     if args.out:
-        print(f"sme2: wrote {args.out / 'report.md'} and the artifacts", file=sys.stderr)
+        print(f"sme2: wrote {args.out / REPORT_NAME} and the artifacts", file=sys.stderr)
     return 0
 
 
@@ -153,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints the session report.md.",
     )
     report.add_argument("run_dir", type=Path, help="directory searched for ETDumps and manifests")
-    report.add_argument("--out", type=Path, help="output directory (default: RUN_DIR/sme2-report)")
+    report.add_argument(
+        "--out", type=Path, help="output directory (default: RUN_DIR-sme2-report, beside it)"
+    )
     report.add_argument("--warmup", type=_non_negative, default=REPORT_WARMUP, help=warmup_help)
     report.set_defaults(handler=_report)
     compare = sub.add_parser(

@@ -14,6 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_sme2.gates import Verdict
     from pytest_sme2.history import HistoryRecord
+    from pytest_sme2.report.artifacts import Program
     from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Settings
 
@@ -21,6 +22,11 @@ SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
 MEASUREMENT_KEY: pytest.StashKey[Measurement] = pytest.StashKey()
 #: where the test's measurement left its files, and where its report files go
 ARTIFACTS_DIR_KEY: pytest.StashKey[Path] = pytest.StashKey()
+#: the measured program (.pte, ETRecord), copied into the test's run directory for the kit's tools
+PROGRAM_KEY: pytest.StashKey[Program] = pytest.StashKey()
+#: the folder of a test's run directory that holds the runner's own files (rounds, traced and
+#: evidence runs): a dot-folder beside the kit's experiment folders, out of the way of its tools
+RUNS_DIR = ".sme2-runs"
 VERDICTS_KEY: pytest.StashKey[tuple[Verdict, ...]] = pytest.StashKey()
 #: the baseline file written and one line per change
 BASELINE_CHANGES_KEY: pytest.StashKey[tuple[Path, tuple[str, ...]]] = pytest.StashKey()

@@ -22,6 +22,8 @@ from pytest_sme2.keys import (
     BASELINE_CHANGES_KEY,
     HISTORY_KEY,
     MEASUREMENT_KEY,
+    PROGRAM_KEY,
+    RUNS_DIR,
     SETTINGS_KEY,
     VERDICTS_KEY,
 )
@@ -358,7 +360,7 @@ def sme2_measure(
                 pte=sme2_artifact.pte,
                 inputs=sme2_artifact.inputs,
                 plan=replace(sme2_settings.plan, threads=sme2_case.threads),
-                workdir=sme2_artifacts_dir / label if label else sme2_artifacts_dir,
+                workdir=sme2_artifacts_dir / RUNS_DIR / label,
                 classifier=sme2_settings.classifier,
                 reference=sme2_reference,
                 etrecord=sme2_artifact.etrecord,
@@ -367,9 +369,12 @@ def sme2_measure(
             )
 
     def measure_case(label: str) -> Measurement:
+        from pytest_sme2.report.artifacts import Program
+
         result = _or_fail(lambda: measured(label))
         request.node.stash[MEASUREMENT_KEY] = result
         request.node.stash[ARTIFACTS_DIR_KEY] = sme2_artifacts_dir
+        request.node.stash[PROGRAM_KEY] = Program(sme2_artifact.pte, sme2_artifact.etrecord)
         sme2_machine_speed.observe(result)
         return result
 

@@ -8,9 +8,11 @@ XNNPACK's start, one read after each operator, then the call's end.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
+from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, Profile, profile
 from pytest_sme2.attribution import ClockRead, instruction_run, instruction_trace
 from pytest_sme2.errors import TraceError
 from pytest_sme2.trace import Event, Run, Trace
@@ -84,6 +86,19 @@ def test_the_profile_of_counted_events_is_in_instructions_with_other_the_residua
     named = sum(prof.categories_ms[c] for c in NAMED_CATEGORIES)
     assert prof.categories_ms[OTHER] == pytest.approx(12_500e-6 - named)
     assert prof.shares["Data Movement"] == pytest.approx(1_000 / 12_500)
+
+
+def test_an_instruction_profile_names_its_unit_in_every_json_key() -> None:
+    """A reader that takes ``*_ms`` for time (the reference kit's tools) never gets
+    instructions; the record reads back equal, and so does one written before the keys said so."""
+    run, reads = _run()
+    trace = instruction_trace(Trace(path=None, runs=(run, run), setup_events=()), 1, reads)
+    prof = profile(trace, unit=INSTRUCTIONS)
+    text = json.dumps(prof.to_json())
+    assert "_ms" not in text and '"e2e_minstr": [0.0125]' in text
+    assert Profile.from_json(json.loads(text)) == prof
+    older = json.loads(text.replace("_minstr", "_ms"))
+    assert Profile.from_json(older) == prof
 
 
 def test_reads_of_another_run_are_refused() -> None:

@@ -167,7 +167,7 @@ elif fault == "shape":
 #: What each fault's one line says after "qemu-sme2 (sme2-on): ".
 FAULT_SENTENCES = {
     "killed": r"runner killed by SIGSEGV: .*; command: \S*qemu-aarch64 .*",
-    "truncated": r"\S+/sme2-on-traced/run\.etdump: .*",
+    "truncated": r"\S+/\.sme2-runs/sme2-on-traced/run\.etdp: .*",
     "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
     "bad_timings": r"\S+/timings\.json: runner timings unreadable \(.*",
     "shape": r"\S+/outputs\.tensors: the outputs do not fit the program: output 0 has shape "
@@ -232,7 +232,7 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
     session = _inner_session(
         pytester, wrapper, tmp_path, *(["-n", str(workers)] if workers else [])
     )
-    judged = artifacts / "qemu-sme2" / "fine-fp32" / "report.md"  # written once it is judged
+    judged = artifacts / "qemu-sme2" / "fine-fp32" / "sme2_report.md"  # written once judged
     try:
         deadline = time.monotonic() + 300
         while not (judged.is_file() and _alive(marker)):

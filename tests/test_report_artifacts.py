@@ -75,15 +75,25 @@ def test_files_use_the_kit_names(written):
         prefix = file_prefix(m, variant)
         assert prefix == f"cnn_xnnpack_fp32_mac_{variant.value.replace('-', '_')}_t1"
         f = files.variants[variant]
-        assert f.etdump.name == f"{prefix}.etdump"
+        assert f.folder == files.directory / f"mac_{variant.value.replace('-', '_')}"
+        assert f.etdump == f.folder / f"{prefix}.etdump"
         assert f.timeline_all.name == f"{prefix}_exec_all_runs_timeline.csv"
         assert f.timeline_run0.name == f"{prefix}_exec_run0_timeline.csv"
         assert f.ops_stats.name == f"{prefix}_exec_ops_stats.csv"
         for path in (f.etdump, f.timeline_all, f.timeline_run0, f.ops_stats, f.chrome_trace):
             assert path.is_file()
         assert f.etdump.read_bytes() == m.variants[variant].etdump.read_bytes()
-    for path in (files.analysis_summary, files.manifest, files.report_md, *files.charts.values()):
+    for path in (
+        files.analysis_summary,
+        files.manifest,
+        files.metrics,
+        files.report_md,
+        *files.charts.values(),
+    ):
         assert path.is_file()
+    # ours never bear a name the kit's tools write into the run directory
+    assert files.analysis_summary.name == "sme2_analysis_summary.json"
+    assert files.report_md.name == "sme2_report.md"
 
 
 def test_ops_stats_match_the_profile_and_pct_total_is_share_of_e2e(written):
@@ -94,8 +104,9 @@ def test_ops_stats_match_the_profile_and_pct_total_is_share_of_e2e(written):
         assert tuple(table.columns) == OPS_STATS_COLUMNS
         assert list(table["name"]) == [op.name for op in prof.operators]
         for row, op in zip(table.itertuples(), prof.operators, strict=True):
-            assert row.count == op.count
-            assert row.total_ms == pytest.approx(op.total_ms)
+            # per run, as the kit's tools read them: instances and time of one run
+            assert row.count == op.count / prof.runs
+            assert row.total_ms == pytest.approx(op.per_run_ms)
             assert row.avg_ms == pytest.approx(op.total_ms / op.count)
             # share of E2E: per-run time over the mean Method::execute, in percent
             assert row.pct_total == pytest.approx(100 * op.per_run_ms / prof.latency.mean_ms)
@@ -126,9 +137,8 @@ def test_timelines_hold_every_event_with_share_of_its_run(written):
             table["duration_ms"].to_numpy() * 1000
         )
         run0 = pd.read_csv(files.variants[variant].timeline_run0)
-        first_measured = trace.runs[vm.profile.warmup]
-        assert set(run0["run_index"]) == {first_measured.index}
-        assert list(run0["name"]) == [e.name for e in first_measured.events]
+        assert set(run0["run_index"]) == {trace.runs[0].index}
+        assert list(run0["name"]) == [e.name for e in trace.runs[0].events]
 
 
 def test_timeline_type_strips_the_instance_counter():
@@ -174,23 +184,27 @@ def test_analysis_summary_has_the_kit_keys_and_the_profile_values(written):
 def test_manifest_records_versions_device_config_latencies_and_verdicts(written):
     m, verdicts, files = written
     data = json.loads(files.manifest.read_text())
-    assert data["generator"] == "pytest-sme2"
-    assert data["config"] == {"runs": 4}
-    assert {"executorch", "python", "pytest-sme2"} <= set(data["versions"])
-    assert data["device"]["name"] == "mac"
-    assert data["device"]["fingerprint"] == dict(m.device.fingerprint)
-    traced = {r["variant"]: r for r in data["results"] if r["mode"] == "trace"}
-    for variant, vm in m.variants.items():
-        result = traced[str(variant)]
-        assert result["latency_ms"] == pytest.approx(list(vm.profile.e2e_ms))
-        assert result["median_ms"] == pytest.approx(vm.profile.latency.median_ms)
-        assert result["artifacts"]["etdump"]["exists"]
-    # traces made elsewhere have no timing-only runs: no "timing" result is invented
-    assert not [r for r in data["results"] if r["mode"] == "timing"]
-    assert data["verdicts"] == [
+    ours = data["sme2"]
+    assert ours["generator"] == "pytest-sme2"
+    assert ours["config"] == {"runs": 4}
+    assert {"executorch", "python", "pytest-sme2"} <= set(ours["versions"])
+    assert ours["record"]["device"]["name"] == "mac"
+    assert ours["record"]["device"]["fingerprint"] == dict(m.device.fingerprint)
+    assert ours["verdicts"] == [
         {"gate": v.gate, "status": v.status.value, "message": v.message, "details": []}
         for v in verdicts
     ]
+    # the kit's keys: no program was given, config names no file, results per experiment
+    assert data["model"] is None and data["config"] is None
+    assert data["emulated"] is False
+    results = {r["experiment"]: r["metrics"] for r in data["results"]}
+    assert data["results"] == json.loads(files.metrics.read_text())["results"]
+    for variant, vm in m.variants.items():
+        metrics = results[f"mac_{variant.value.replace('-', '_')}"]
+        # traces made elsewhere have no timing-only runs: the traced runs' E2E
+        assert metrics["latency_ms"] == pytest.approx(list(vm.latencies_ms))
+        assert metrics["median_ms"] == pytest.approx(vm.profile.latency.median_ms)
+        assert files.directory / metrics["etdump_rel"] == files.variants[variant].etdump
 
 
 def test_a_written_test_dir_reloads_to_the_same_report(written):
@@ -202,14 +216,15 @@ def test_a_written_test_dir_reloads_to_the_same_report(written):
     assert reloaded == replace(m, variants=copies)
 
 
-def test_timing_only_latencies_are_in_the_manifest(tmp_path: Path):
+def test_timing_only_latencies_are_the_kit_results(tmp_path: Path):
     m = measurement(SME2_DEVICE)
     files = write_artifacts(m, (), tmp_path / "out", config={}, charts={})
     data = json.loads(files.manifest.read_text())
-    timing = {r["variant"]: r for r in data["results"] if r["mode"] == "timing"}
+    results = {r["variant"]: r["metrics"] for r in data["results"]}
     for variant, vm in m.variants.items():
-        assert timing[str(variant)]["latency_ms"] == pytest.approx(list(vm.latencies_ms))
-        assert timing[str(variant)]["warmup"] == vm.timing_warmup
+        assert results[str(variant)]["latency_ms"] == pytest.approx(list(vm.latencies_ms))
+        assert results[str(variant)]["runs"] == len(vm.latencies_ms)
     # the hand-made measurement's traced ETDump does not exist: no file, no link to it
     assert not any(f.etdump.exists() for f in files.variants.values())
+    assert all(r["metrics"]["etdump"] is None for r in data["results"])
     assert all("ETDump" not in label for label, _ in files.links())

@@ -38,22 +38,26 @@ def kit_run_dir(tmp_path: Path) -> Path:
 def test_report_pairs_kit_etdumps_and_writes_everything(kit_run_dir: Path, capsys):
     assert main(["report", str(kit_run_dir)]) == 0
     printed = capsys.readouterr()
-    out = kit_run_dir / "sme2-report"
+    # beside the run directory, not in it: the kit's tools would sum the report's ETDump copies
+    out = kit_run_dir.parent / "mac-sme2-report"
+    assert len(list(kit_run_dir.glob("**/*.etdump"))) == 2
     assert printed.out == (out / "report.md").read_text()
     assert "| toy_fp16_mac_t1 | toy | fp16 | mac |" in printed.out
     case = out / "toy_fp16_mac_t1"
-    summary = json.loads((case / "analysis_summary.json").read_text())
+    summary = json.loads((case / "sme2_analysis_summary.json").read_text())
     assert {e["experiment"] for e in summary["per_etdump"]} == {"mac_sme2_on", "mac_sme2_off"}
     # latency comes from the traced runs, first (cold) run dropped by default
     on = read_etdump(ATTENTION)
     on_entry = next(e for e in summary["per_etdump"] if e["variant"] == "sme2-on")
     assert on_entry["e2e_ms"] == pytest.approx([r.e2e_ms for r in on.runs[1:]])
-    assert "traced runs' E2E" in (case / "report.md").read_text()
-    ops = pd.read_csv(case / "toy_xnnpack_fp16_mac_sme2_on_t1_exec_ops_stats.csv")
+    assert "traced runs' E2E" in (case / "sme2_report.md").read_text()
+    ops = pd.read_csv(case / "mac_sme2_on" / "toy_xnnpack_fp16_mac_sme2_on_t1_exec_ops_stats.csv")
     assert len(ops) == len(on_entry["operator_details"])
-    # Running it again ignores the previous output inside the run directory.
-    assert main(["report", str(kit_run_dir)]) == 0
-    assert capsys.readouterr().out == printed.out
+    # Output put inside the run directory is ignored when it is read again.
+    inside = ["--out", str(kit_run_dir / "sme2-report")]
+    assert main(["report", str(kit_run_dir), *inside]) == 0
+    assert main(["report", str(kit_run_dir), *inside]) == 0
+    assert capsys.readouterr().out == printed.out * 2
 
 
 def test_report_reloads_pytest_sme2_artifacts_exactly(tmp_path: Path, capsys):
@@ -64,7 +68,7 @@ def test_report_reloads_pytest_sme2_artifacts_exactly(tmp_path: Path, capsys):
     )
     assert main(["report", str(tmp_path / "art"), "--out", str(tmp_path / "out")]) == 0
     assert "| host_cnn-fp32 | cnn |" in capsys.readouterr().out
-    again = tmp_path / "out" / "host_cnn-fp32" / "report.md"
+    again = tmp_path / "out" / "host_cnn-fp32" / "sme2_report.md"
     assert again.read_text() == written.report_md.read_text()
 
 
@@ -77,7 +81,7 @@ def test_compare_prints_the_report_of_off_against_on(tmp_path: Path, capsys):
     assert text == case_report(m, ())
     assert m.comparison.speedup.describe() in text
     assert main(["compare", str(CNN), str(ATTENTION), "--out", str(tmp_path / "o")]) == 0
-    assert (tmp_path / "o" / "report.md").read_text() == capsys.readouterr().out
+    assert (tmp_path / "o" / "sme2_report.md").read_text() == capsys.readouterr().out
 
 
 def test_unlabelled_etdump_is_a_one_line_error(tmp_path: Path, capsys):

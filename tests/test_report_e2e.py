@@ -157,10 +157,11 @@ def test_html_report_renders_in_headless_chromium(
     # The files the report links to exist, and the session report lists the test.
     case = artifacts / "host" / "report_tiny-fp32"
     manifest = json.loads((case / "manifest.json").read_text())
-    assert manifest["config"]["runs"] == 4 and manifest["config"]["traced_runs"] == 2
-    assert (case / "report_tiny_xnnpack_fp32_host_sme2_off_t1.etdump").is_file()
+    assert manifest["sme2"]["config"]["runs"] == 4
+    assert manifest["sme2"]["config"]["traced_runs"] == 2
+    assert (case / "host_sme2_off" / "report_tiny_xnnpack_fp32_host_sme2_off_t1.etdump").is_file()
     nodeid = "test_tiny.py::test_model[report_tiny-fp32]"
-    assert (case / "report.md").read_text().startswith(f"# SME2 report: {nodeid}\n")
+    assert (case / "sme2_report.md").read_text().startswith(f"# SME2 report: {nodeid}\n")
     assert f"## SME2 report: {nodeid}" in (artifacts / "report.md").read_text()
 
     # Headless Chromium: every chart decoded and laid out with a non-zero size, tables present.

@@ -1,15 +1,39 @@
-"""Everything one test leaves on disk, named and shaped like the reference workflow's files.
+"""Everything one test leaves on disk: a run directory of the reference kit, with ours beside it.
 
-Per variant (``<prefix>`` = ``<model>_xnnpack_<dtype>_<device>_<sme2_on|sme2_off>_t<threads>``,
-the kit's ``<model stem>_<experiment>_t<threads>``):
+The case directory is what the kit calls a run directory (``--run-dir``/``--results``), so its
+tools read it unchanged (docs: kit-interop.md):
 
-* ``<prefix>.etdump`` — the traced run's ETDump (hard link, else copy);
-* ``<prefix>_exec_all_runs_timeline.csv`` / ``<prefix>_exec_run0_timeline.csv`` — one row per
-  event of every run / of the first measured run;
-* ``<prefix>_exec_ops_stats.csv`` — one row per operator kind over the measured runs;
-* ``<prefix>_trace.json`` — Chrome Trace Event Format for Perfetto.
+* ``manifest.json`` — the kit's keys (``model``: the run folder's ``.pte``; ``config``: null;
+  ``executorch``: present/sha/dirty; ``results[]``; ``emulated``) and, under ``sme2``, our case
+  record (``Measurement.to_json``) with the verdicts, which ``sme2 report`` reloads exactly;
+* ``metrics.json`` — ``results[]``: per experiment its latencies (``latency_ms``, ``median_ms`` …)
+  and the paths of its ETDump;
+* ``<stem>.pte`` and ``<stem>.pte.etrecord`` — the program (the kit finds the ETRecord at
+  "<model>.etrecord");
+* one folder per variant, named like the kit's experiments (``<device>_sme2_on`` /
+  ``<device>_sme2_off``), holding, with ``<prefix>`` = ``<stem>_<experiment>_t<threads>``:
 
-Per test: ``analysis_summary.json``, ``manifest.json``, ``report.md`` and the chart PNGs.
+  * ``<prefix>.etdump`` — the traced run's ETDump (hard link, else copy); the only ``.etdump``
+    below the run directory, since the kit's tools analyse and sum every one they find;
+  * ``<prefix>_exec_all_runs_timeline.csv`` / ``<prefix>_exec_run0_timeline.csv`` — one row per
+    event of every run / of run 0;
+  * ``<prefix>_exec_ops_stats.csv`` — one row per operator kind, per run (see below);
+  * ``<prefix>_instructions_ops.csv`` — where the device counts instructions (qemu-sme2): the
+    same rows in millions of instructions (``total_minstr``, ``avg_minstr``); named so no kit glob
+    (``*_ops_stats.csv``, ``*_timeline.csv``) takes it for time;
+  * ``<prefix>_trace.json`` — Chrome Trace Event Format for Perfetto;
+  * (the kernels this variant executed, ``kernels.csv``, go here too);
+* ``sme2_analysis_summary.json``, ``sme2_report.md`` and the chart PNGs — ours, under names the
+  kit's tools never write (they write ``analysis_summary.json`` and ``report.md`` into the run
+  directory, and the three kit-named CSVs beside each ETDump: those hold what the kit's
+  ``etdump_to_csv.py`` would write from the same ETDump, so its overwriting them loses nothing).
+
+The runner's own files (timing rounds, traced and evidence runs) are in ``.sme2-runs/``, their
+ETDumps named ``run.etdp``: no kit glob (``**/*.etdump``) reaches them.
+
+Units are what the names say. Time is milliseconds of the device's clock; on an emulated device
+(``emulated: true`` in both JSON files) that clock is the emulator's, and the instruction profile
+our gates judge is only ever under ``*_minstr``/``*_instructions*`` names.
 
 Column meanings where the kit's were wrong or unclear (names are kept exactly):
 
@@ -25,8 +49,9 @@ Column meanings where the kit's were wrong or unclear (names are kept exactly):
   starts are synthetic (laid back to back by XNNPACK), their durations real.
 * ``node_id`` is the event's position in its run (pre-order: parents before children), equal for
   the same event in every run of a fixed graph; ``block`` is the ETDump block, ``Execute``.
-* ops_stats rows are leaf operators only (wrappers would double-count); the warm-up runs the
-  analysis dropped are in the all-runs timeline (``run_index`` < warm-up) but not in ops_stats.
+* ops_stats rows are leaf operators only (wrappers would double-count), over the measured runs
+  (warm-up dropped): ``count`` is instances per run, ``total_ms`` the mean time per run, as the
+  kit's tools read them; ``avg_ms`` the mean per instance.
 """
 
 from __future__ import annotations
@@ -34,17 +59,19 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from importlib import metadata
+from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from pytest_sme2.analysis import Profile, event_backend
+from pytest_sme2.analysis import INSTRUCTIONS, Profile, event_backend, profile, unit_suffix
+from pytest_sme2.cache import write_atomic
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Variant, device_file_name
 from pytest_sme2.gates import Verdict
@@ -79,13 +106,18 @@ OPS_STATS_COLUMNS = (
     "avg_ms",
     "pct_total",
 )
-SUMMARY_NAME = "analysis_summary.json"
+#: the kit's run-level files (its tools read these names)
 MANIFEST_NAME = "manifest.json"
-REPORT_NAME = "report.md"
-#: ``generator`` value of our manifests: ``sme2 report`` reloads those exactly.
+METRICS_NAME = "metrics.json"
+#: ours: the kit's tools write ``analysis_summary.json`` and ``report.md`` into the run directory
+SUMMARY_NAME = "sme2_analysis_summary.json"
+REPORT_NAME = "sme2_report.md"
+#: the session's report, above the run directories (never inside one)
+SESSION_REPORT_NAME = "report.md"
+#: ``generator`` value of our manifests' ``sme2`` record: ``sme2 report`` reloads those exactly.
 GENERATOR = "pytest-sme2"
-#: 2: the case record (``Measurement.to_json``) at the top level
-SCHEMA_VERSION = 2
+#: 3: the kit's run manifest, the case record under its ``sme2`` key
+SCHEMA_VERSION = 3
 
 
 def model_stem(m: Measurement) -> str:
@@ -131,33 +163,64 @@ def timeline_frame(
     return pd.DataFrame(columns, columns=list(TIMELINE_COLUMNS))
 
 
+def ops_stats_columns(unit: str) -> tuple[str, ...]:
+    """``OPS_STATS_COLUMNS`` with the time columns named for ``unit`` (``total_minstr`` …)."""
+    suffix = unit_suffix(unit)
+    return tuple(c.replace("_ms", suffix) for c in OPS_STATS_COLUMNS)
+
+
 def ops_stats_frame(prof: Profile, model_id: str) -> pd.DataFrame:
-    """One row per operator kind of ``prof``, largest total first: ``OPS_STATS_COLUMNS``."""
+    """One row per operator kind of ``prof``, largest first, per run as the kit reads them:
+    ``count`` instances per run, the total the mean per run (``ops_stats_columns``)."""
+    columns = ops_stats_columns(prof.unit)
     rows = [
-        {
-            "model_id": model_id,
-            "name": op.name,
-            "type": op.name,
-            "delegate_backend": op.backend,
-            "count": op.count,
-            "total_ms": op.total_ms,
-            "avg_ms": op.mean_ms,
-            "pct_total": 100.0 * op.share,
-        }
+        dict(
+            zip(
+                columns,
+                (
+                    model_id,
+                    op.name,
+                    op.name,
+                    op.backend,
+                    _per_run(op.count, prof.runs),
+                    op.per_run_ms,
+                    op.mean_ms,
+                    100.0 * op.share,
+                ),
+                strict=True,
+            )
+        )
         for op in prof.operators
     ]
-    return pd.DataFrame(rows, columns=list(OPS_STATS_COLUMNS))
+    return pd.DataFrame(rows, columns=list(columns))
+
+
+def _per_run(count: int, runs: int) -> int | float:
+    """Instances per run: whole for a fixed graph (every run has the same events)."""
+    per_run = count / runs
+    return int(per_run) if per_run.is_integer() else per_run
+
+
+@dataclass(frozen=True)
+class Program:
+    """The program the ETDumps came from: its ``.pte`` and ETRecord (None where there is none)."""
+
+    pte: Path
+    etrecord: Path | None
 
 
 @dataclass(frozen=True)
 class VariantFiles:
-    """The files written for one variant, all inside ``TestArtifacts.directory``."""
+    """The files written for one variant, all inside its experiment folder ``folder``."""
 
+    folder: Path
     etdump: Path
     timeline_all: Path
     timeline_run0: Path
     ops_stats: Path
     chrome_trace: Path
+    #: where the device counts instructions: the operators in millions of instructions
+    instructions_ops: Path | None
 
 
 @dataclass(frozen=True)
@@ -170,15 +233,19 @@ class TestArtifacts:
     variants: Mapping[Variant, VariantFiles]
     analysis_summary: Path
     manifest: Path
+    metrics: Path
     report_md: Path
     charts: Mapping[str, Path]
+    #: the program copied into the run directory, where it was given
+    program: Program | None
 
     def links(self) -> list[tuple[str, Path]]:
         """(label, path) of every file written, for the report's artifact list."""
         links = [
-            ("report.md", self.report_md),
-            ("analysis_summary.json", self.analysis_summary),
-            ("manifest.json", self.manifest),
+            (REPORT_NAME, self.report_md),
+            (SUMMARY_NAME, self.analysis_summary),
+            (MANIFEST_NAME, self.manifest),
+            (METRICS_NAME, self.metrics),
         ]
         for variant, files in self.variants.items():
             links += [
@@ -188,14 +255,16 @@ class TestArtifacts:
                 (f"{variant} run0 timeline", files.timeline_run0),
                 (f"{variant} ops stats", files.ops_stats),
             ]
+            if files.instructions_ops is not None:
+                links.append((f"{variant} ops stats (instructions)", files.instructions_ops))
         links += [(f"{name} chart", path) for name, path in self.charts.items()]
-        return [(label, path) for label, path in links if label == "report.md" or path.is_file()]
+        return [(label, path) for label, path in links if label == REPORT_NAME or path.is_file()]
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
     """Hard-link ``source`` to ``target`` (free, and survives the runner deleting its file),
     copying across file systems."""
-    if source.resolve() == target.resolve():
+    if target.exists() and source.resolve() == target.resolve():
         return
     target.unlink(missing_ok=True)
     try:
@@ -218,12 +287,32 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def _operator_details(profile_json: Mapping[str, Any], variant: Variant) -> list[dict[str, Any]]:
-    """The profile's operators (``Profile.to_json``) with the kit's extra names for them."""
+_GIT_VERSION = re.compile(r"""^git_version\b.*?=\s*['"]([0-9a-f]{7,40})['"]""", re.MULTILINE)
+
+
+def executorch_sha() -> str | None:
+    """The commit the installed executorch wheel was built from (its ``version.py``; read, not
+    imported: importing executorch takes seconds). The runners are built against that wheel."""
+    spec = util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_py = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        match = _GIT_VERSION.search(version_py.read_text())
+    except OSError:
+        return None
+    return match[1] if match else None
+
+
+def _operator_details(
+    profile_json: Mapping[str, Any], variant: Variant, suffix: str
+) -> list[dict[str, Any]]:
+    """The profile's operators (``Profile.to_json``, keys ending in ``suffix``) with the kit's
+    extra names for them: its ``avg_*`` is our mean per instance."""
     return [
         {
             **op,
-            "avg_ms": op["mean_ms"],
+            f"avg{suffix}": op[f"mean{suffix}"],
             "kernel_hint": "packed SME operands (SME/SME2 kernel)" if op["packed"] else "",
             "variant": str(variant),
         }
@@ -250,15 +339,23 @@ def analysis_summary(
     m: Measurement, files: Mapping[Variant, VariantFiles], base: Path
 ) -> dict[str, Any]:
     """The kit's ``analysis_summary.json`` keys (``category_totals_ms``, ``per_etdump``,
-    ``operator_details``), for the headline variant at top level, per variant in ``per_etdump``."""
+    ``operator_details``), for the headline variant at top level, per variant in ``per_etdump``.
+    An instruction profile's totals are ``category_totals_minstr``: never a ``_ms`` name."""
     head = m.headline
-    head_json = m.variants[head].profile.to_json()
+    head_profile = m.variants[head].profile
+    head_json = head_profile.to_json()
+    suffix = unit_suffix(head_profile.unit)
     per_etdump = []
     csv_files = []
     for variant in ordered_variants(m):
-        prof = m.variants[variant].profile.to_json()
+        variant_profile = m.variants[variant].profile
+        prof = variant_profile.to_json()
         f = files[variant]
-        csvs = [_rel(p, base) for p in (f.timeline_all, f.timeline_run0, f.ops_stats)]
+        csvs = [
+            _rel(p, base)
+            for p in (f.timeline_all, f.timeline_run0, f.ops_stats, f.instructions_ops)
+            if p is not None
+        ]
         csv_files += csvs
         per_etdump.append(
             {
@@ -266,10 +363,12 @@ def analysis_summary(
                 "experiment": experiment(m, variant),
                 "variant": str(variant),
                 **prof,
-                "packed_operators": list(m.variants[variant].profile.packed_operators),
+                "packed_operators": list(variant_profile.packed_operators),
                 "csv_files": csvs,
                 "chrome_trace": _rel(f.chrome_trace, base),
-                "operator_details": _operator_details(prof, variant),
+                "operator_details": _operator_details(
+                    prof, variant, unit_suffix(variant_profile.unit)
+                ),
             }
         )
     return {
@@ -278,15 +377,51 @@ def analysis_summary(
         "dtype": m.dtype,
         "threads": m.threads,
         "device": m.device.name,
+        "emulated": not m.device.time_meaningful,
+        "unit": head_profile.unit,
         "category_totals_variant": str(head),
-        "category_totals_ms": head_json["categories_ms"],
+        f"category_totals{suffix}": head_json[f"categories{suffix}"],
         "category_shares": head_json["shares"],
         "per_etdump": per_etdump,
-        "operator_details": _operator_details(head_json, head),
+        "operator_details": _operator_details(head_json, head, suffix),
         "comparison": comparison_json(m),
         "csv_files": csv_files,
         "csv_dir": ".",
     }
+
+
+def kit_results(m: Measurement, files: Mapping[Variant, VariantFiles], base: Path) -> list[dict]:
+    """The kit's ``results[]``: per experiment the latencies of the variant's measured runs (its
+    timing-only runs, else its traced runs), in milliseconds of the device's clock."""
+    results = []
+    for variant in ordered_variants(m):
+        latencies = m.variants[variant].latencies_ms
+        stats = LatencyStats.of(latencies)
+        etdump = files[variant].etdump
+        results.append(
+            {
+                "experiment": experiment(m, variant),
+                "variant": str(variant),
+                "metrics": {
+                    "runs": len(latencies),
+                    "threads": m.threads,
+                    "latency_ms": list(latencies),
+                    "median_ms": stats.median_ms,
+                    "min_ms": stats.min_ms,
+                    "max_ms": stats.max_ms,
+                    "emulated": not m.device.time_meaningful,
+                    "etdump": str(etdump.resolve()) if etdump.is_file() else None,
+                    "log": None,  # the runner's log stays with its run in .sme2-runs
+                    "etdump_rel": _rel(etdump, base) if etdump.is_file() else None,
+                    "log_rel": None,
+                },
+            }
+        )
+    return results
+
+
+def metrics(m: Measurement, files: Mapping[Variant, VariantFiles], base: Path) -> dict[str, Any]:
+    return {"emulated": not m.device.time_meaningful, "results": kit_results(m, files, base)}
 
 
 def manifest(
@@ -295,54 +430,14 @@ def manifest(
     files: Mapping[Variant, VariantFiles],
     base: Path,
     config: Mapping[str, Any],
+    program: Program | None,
 ) -> dict[str, Any]:
-    """The case record (``Measurement.to_json``, what ``sme2 report`` and the xdist controller
-    reload), and around it run metadata: versions, config, per variant the timing-only and traced
-    results with their latencies (the kit's ``results[]``), and the verdicts."""
+    """The kit's run manifest (``model``, ``config``, ``executorch``, ``results``) and, under
+    ``sme2``, the case record (``Measurement.to_json``, what ``sme2 report`` and the xdist
+    controller reload) with the settings that shaped it, versions and verdicts.
+
+    ``config`` is null for the kit: it names a config JSON file, and our settings are not one."""
     versions = _versions()
-    results = []
-    for variant in ordered_variants(m):
-        vm = m.variants[variant]
-        f = files[variant]
-        if vm.timing_warmup is not None:
-            results.append(
-                {
-                    "experiment": experiment(m, variant),
-                    "variant": str(variant),
-                    "mode": "timing",
-                    "status": "ok",
-                    "threads": m.threads,
-                    "runs": len(vm.latencies_ms),
-                    "warmup": vm.timing_warmup,
-                    "latency_ms": list(vm.latencies_ms),
-                    "median_ms": LatencyStats.of(vm.latencies_ms).median_ms,
-                    "artifacts": {},
-                }
-            )
-        artifacts = {
-            name: {"path": str(path), "relative_path": _rel(path, base), "exists": path.is_file()}
-            for name, path in (
-                ("etdump", f.etdump),
-                ("timeline_all", f.timeline_all),
-                ("timeline_run0", f.timeline_run0),
-                ("ops_stats", f.ops_stats),
-                ("chrome_trace", f.chrome_trace),
-            )
-        }
-        results.append(
-            {
-                "experiment": experiment(m, variant),
-                "variant": str(variant),
-                "mode": "trace",
-                "status": "ok",
-                "threads": m.threads,
-                "runs": vm.profile.runs,
-                "warmup": vm.profile.warmup,
-                "latency_ms": list(vm.profile.e2e_ms),
-                "median_ms": vm.profile.latency.median_ms,
-                "artifacts": artifacts,
-            }
-        )
     # the record's ETDumps are the copies in this directory: the manifest stays valid with it
     record = replace(
         m,
@@ -351,27 +446,102 @@ def manifest(
             for v, vm in m.variants.items()
         },
     )
+    sha = executorch_sha()
     return {
-        "schema_version": SCHEMA_VERSION,
-        "generator": GENERATOR,
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        **record.to_json(base),
-        "model_id": model_stem(m),
-        "config": dict(config),
+        "model": str(program.pte.resolve()) if program is not None else None,
+        "config": None,
         "executorch": {
             "present": versions["executorch"] != "not installed",
+            "sha": sha,
+            # an installed wheel is a build of one commit: nothing local to be dirty
+            "dirty": False if sha is not None else None,
             "version": m.device.fingerprint.get("executorch", versions["executorch"]),
         },
-        "versions": versions,
-        "results": results,
-        "comparison": comparison_json(m),
-        "verdicts": [v.to_json() for v in verdicts],
+        "emulated": not m.device.time_meaningful,
+        "results": kit_results(m, files, base),
+        "sme2": {
+            "schema_version": SCHEMA_VERSION,
+            "generator": GENERATOR,
+            "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "record": record.to_json(base),
+            "model_id": model_stem(m),
+            "config": dict(config),
+            "versions": versions,
+            "comparison": comparison_json(m),
+            "verdicts": [v.to_json() for v in verdicts],
+        },
     }
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
     return path
+
+
+def _write_csv(path: Path, frame: pd.DataFrame) -> None:
+    write_atomic(path, frame.to_csv(index=False))
+
+
+def _write_variant(
+    m: Measurement, variant: Variant, directory: Path, classifier: Classifier
+) -> VariantFiles:
+    """One experiment folder: the variant's ETDump and what is read from it.
+
+    The kit-named CSVs hold time read from the ETDump (an emulator's clock on qemu, as the kit
+    would read it); an instruction-timed profile goes into ``*_instructions_ops.csv`` only."""
+    vm = m.variants[variant]
+    prefix = file_prefix(m, variant)
+    folder = directory / experiment(m, variant)
+    folder.mkdir(parents=True, exist_ok=True)
+    counted = vm.profile.unit == INSTRUCTIONS
+    f = VariantFiles(
+        folder=folder,
+        etdump=folder / f"{prefix}.etdump",
+        timeline_all=folder / f"{prefix}_exec_all_runs_timeline.csv",
+        timeline_run0=folder / f"{prefix}_exec_run0_timeline.csv",
+        ops_stats=folder / f"{prefix}_exec_ops_stats.csv",
+        chrome_trace=folder / f"{prefix}_trace.json",
+        instructions_ops=folder / f"{prefix}_instructions_ops.csv" if counted else None,
+    )
+    if f.instructions_ops is not None:
+        _write_csv(f.instructions_ops, ops_stats_frame(vm.profile, prefix))
+    if not vm.etdump.is_file():
+        if not counted:  # the profile still says what the trace did
+            _write_csv(f.ops_stats, ops_stats_frame(vm.profile, prefix))
+        return f
+    _link_or_copy(vm.etdump, f.etdump)
+    trace = read_etdump(f.etdump)
+    backends = vm.profile.backends
+    warmup = 0 if counted else vm.profile.warmup
+    timed = (
+        profile(trace, warmup=warmup, classifier=classifier, backends=backends)
+        if counted
+        else vm.profile
+    )
+    _write_csv(f.ops_stats, ops_stats_frame(timed, prefix))
+    _write_csv(f.timeline_all, timeline_frame(trace, prefix, backends=backends))
+    _write_csv(f.timeline_run0, timeline_frame(trace, prefix, trace.runs[:1], backends))
+    write_chrome_trace(
+        f.chrome_trace,
+        trace,
+        warmup=warmup,
+        title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
+        classifier=classifier,
+    )
+    # the kernels this variant executed (kernels.csv, the kit's columns) are written here
+    return f
+
+
+def _copy_program(m: Measurement, program: Program, directory: Path) -> Program:
+    """The program in the run directory, named by the kit's stem, its ETRecord at
+    "<pte>.etrecord" where the kit's tools look for it."""
+    pte = directory / f"{model_stem(m)}.pte"
+    _link_or_copy(program.pte, pte)
+    if program.etrecord is None or not program.etrecord.is_file():
+        return Program(pte, None)
+    etrecord = Path(f"{pte}.etrecord")
+    _link_or_copy(program.etrecord, etrecord)
+    return Program(pte, etrecord)
 
 
 def write_artifacts(
@@ -382,48 +552,23 @@ def write_artifacts(
     config: Mapping[str, Any],
     charts: Mapping[str, bytes],
     title: str | None = None,
+    program: Program | None = None,
 ) -> TestArtifacts:
-    """Write every file of the module docstring into ``directory`` (created if needed).
+    """Write the run directory of the module docstring into ``directory`` (created if needed).
 
-    ``config`` goes into the manifest as is; ``charts`` are PNGs by file stem
-    (``charts.render_charts``). The timelines and the Perfetto trace lay out every event of the
-    traced run, so they are written only where its ETDump is still there to read.
+    ``config`` goes into the manifest's ``sme2`` record as is; ``charts`` are PNGs by file stem
+    (``charts.render_charts``); ``program`` is copied in where given. The timelines and the
+    Perfetto trace lay out every event of the traced run, so they are written only where its
+    ETDump is still there to read.
     """
     directory.mkdir(parents=True, exist_ok=True)
     classifier = Classifier(m.overrides)
-    files: dict[Variant, VariantFiles] = {}
-    for variant in ordered_variants(m):
-        vm = m.variants[variant]
-        prefix = file_prefix(m, variant)
-        f = VariantFiles(
-            etdump=directory / f"{prefix}.etdump",
-            timeline_all=directory / f"{prefix}_exec_all_runs_timeline.csv",
-            timeline_run0=directory / f"{prefix}_exec_run0_timeline.csv",
-            ops_stats=directory / f"{prefix}_exec_ops_stats.csv",
-            chrome_trace=directory / f"{prefix}_trace.json",
-        )
-        ops_stats_frame(vm.profile, prefix).to_csv(f.ops_stats, index=False)
-        if vm.etdump.is_file():
-            _link_or_copy(vm.etdump, f.etdump)
-            trace = read_etdump(vm.etdump)
-            backends, warmup = vm.profile.backends, vm.profile.warmup
-            timeline_frame(trace, prefix, backends=backends).to_csv(f.timeline_all, index=False)
-            first_measured = trace.runs[warmup : warmup + 1]
-            timeline_frame(trace, prefix, first_measured, backends).to_csv(
-                f.timeline_run0, index=False
-            )
-            write_chrome_trace(
-                f.chrome_trace,
-                trace,
-                warmup=warmup,
-                title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
-                classifier=classifier,
-            )
-        files[variant] = f
+    files = {v: _write_variant(m, v, directory, classifier) for v in ordered_variants(m)}
+    copied = _copy_program(m, program, directory) if program is not None else None
     chart_paths = {}
     for name, png in charts.items():
         chart_paths[name] = directory / f"{name}.png"
-        chart_paths[name].write_bytes(png)
+        write_atomic(chart_paths[name], png)
     written = TestArtifacts(
         directory=directory,
         variants=files,
@@ -431,11 +576,13 @@ def write_artifacts(
             directory / SUMMARY_NAME, analysis_summary(m, files, directory)
         ),
         manifest=_write_json(
-            directory / MANIFEST_NAME, manifest(m, verdicts, files, directory, config)
+            directory / MANIFEST_NAME, manifest(m, verdicts, files, directory, config, copied)
         ),
+        metrics=_write_json(directory / METRICS_NAME, metrics(m, files, directory)),
         report_md=directory / REPORT_NAME,
         charts=chart_paths,
+        program=copied,
     )
     links = [(label, _rel(path, directory)) for label, path in written.links()]
-    written.report_md.write_text(case_report(m, verdicts, links=links, title=title))
+    write_atomic(written.report_md, case_report(m, verdicts, links=links, title=title))
     return written

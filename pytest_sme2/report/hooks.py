@@ -27,6 +27,7 @@ from pytest_sme2.keys import (
     BASELINE_CHANGES_KEY,
     HISTORY_KEY,
     MEASUREMENT_KEY,
+    PROGRAM_KEY,
     SETTINGS_KEY,
     VERDICTS_KEY,
 )
@@ -34,8 +35,6 @@ from pytest_sme2.keys import (
 if TYPE_CHECKING:
     from pytest_sme2.history import HistoryRecord
     from pytest_sme2.report.markdown import SessionEntry
-
-SESSION_REPORT_NAME = "report.md"
 
 
 def _series_key(record: HistoryRecord) -> tuple[str, str, str, int]:
@@ -111,6 +110,7 @@ class ReportPlugin:
                     config=self._manifest_config(item, m.threads),
                     charts=charts,
                     title=item.nodeid,
+                    program=item.stash.get(PROGRAM_KEY, None),
                 )
             except OSError as err:  # a full disk, a read-only mount: one line, not a traceback
                 # A report that CI archives without its files would pass for a complete one.
@@ -251,6 +251,7 @@ class ReportPlugin:
             self.history_problems = found.problems
             write_history(found, history / PAGE_NAME, None)
             self.history_page = history / PAGE_NAME
+        from pytest_sme2.report.artifacts import SESSION_REPORT_NAME
         from pytest_sme2.report.markdown import session_report
 
         entries = self.entries

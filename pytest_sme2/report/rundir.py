@@ -2,13 +2,16 @@
 
 ``sme2 report RUN_DIR`` finds two kinds of input under ``RUN_DIR``:
 
-* our own test directories (a ``manifest.json`` written by pytest-sme2): the case record it holds
-  is reloaded exactly (``Measurement.from_json``) with the verdicts, so the report equals the one
-  pytest wrote;
-* any other ETDump (``*.etdump``, ``*.etdp``), e.g. the reference workflow's
-  ``<model>_xnnpack_<dtype>_<exp>_t<threads>.etdump``: paired SME2-off/on by path, where the path
-  names the variant (``sme2_on``/``sme2-off``, …). Latency then comes from the traced runs' E2E,
-  since there are no timing-only runs, and the report says so.
+* our own test directories (a ``manifest.json`` with a pytest-sme2 ``sme2`` record): the case
+  record is reloaded exactly (``Measurement.from_json``) with the verdicts, so the report equals
+  the one pytest wrote;
+* any other ETDump (``*.etdump``, ``*.etdp``), e.g. a reference-kit run directory
+  (``manifest.json``, experiment folders ``<device>_sme2_on``/``_off`` holding
+  ``<model>_xnnpack_<dtype>_<exp>_t<threads>.etdump``): paired SME2-off/on by path, where the path
+  names the variant (``sme2_on``/``sme2-off``, …); an experiment folder's name gives the device,
+  the kit manifest's ``model`` the program and so its ETRecord (``<model>.etrecord``, which names
+  the delegated operators' backend; without one they are still read). Latency then comes from
+  the traced runs' E2E, since there are no timing-only runs, and the report says so.
 
 ``sme2 compare A B`` pairs two ETDumps directly: A is the reference (SME2-off), B the candidate
 (SME2-on), so ``speedup = A ÷ B`` like everywhere else.
@@ -24,14 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sme2.analysis import profile
+from pytest_sme2.cache import write_atomic
 from pytest_sme2.devices.base import DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.gates import Verdict
 from pytest_sme2.report.artifacts import (
     GENERATOR,
     MANIFEST_NAME,
-    REPORT_NAME,
     SCHEMA_VERSION,
+    SESSION_REPORT_NAME,
+    Program,
     write_artifacts,
 )
 from pytest_sme2.report.charts import render_charts
@@ -45,13 +51,19 @@ _VARIANT = re.compile(r"sme2[_-]?(on|off)", re.IGNORECASE)
 _KIT_STEM = re.compile(
     r"^(?P<model>.+?)_xnnpack_(?P<dtype>[a-z0-9-]+?)_(?P<exp>.+?)_t(?P<threads>\d+)$"
 )
+#: a kit experiment folder: ``<device>_sme2_on`` / ``<device>_sme2_off``
+_EXPERIMENT = re.compile(r"^(?P<device>.+?)_sme2_(?:on|off)$", re.IGNORECASE)
+#: the kit's program stem: ``<model>_xnnpack_<dtype>``
+_PROGRAM_STEM = re.compile(r"^(?P<model>.+?)_xnnpack_(?P<dtype>[a-z0-9-]+)$")
 
 
-def _variant_measurement(variant: Variant, etdump: Path, warmup: int) -> VariantMeasurement:
+def _variant_measurement(
+    variant: Variant, etdump: Path, warmup: int, backends: Mapping[int, str] | None
+) -> VariantMeasurement:
     """One variant from an ETDump made elsewhere: no timing-only runs, so its latencies are the
     traced runs' E2E (first ``warmup`` runs dropped, keeping at least one)."""
     trace = read_etdump(etdump)
-    prof = profile(trace, warmup=min(warmup, len(trace.runs) - 1))
+    prof = profile(trace, warmup=min(warmup, len(trace.runs) - 1), backends=backends)
     return VariantMeasurement(
         variant=variant, latencies_ms=prof.e2e_ms, timing_warmup=None, profile=prof, etdump=etdump
     )
@@ -65,11 +77,13 @@ def measurement_from_etdumps(
     dtype: str = "unknown",
     threads: int = 1,
     device: str = "unknown",
+    backends: Mapping[int, str] | None = None,
 ) -> Measurement:
     """A Measurement from one ETDump per variant, latency from the traced runs (first
-    ``warmup`` runs of each dropped, keeping at least one)."""
+    ``warmup`` runs of each dropped, keeping at least one); ``backends`` from the program's
+    ETRecord, where there is one."""
     variants = {
-        v: _variant_measurement(v, etdumps[v], warmup)
+        v: _variant_measurement(v, etdumps[v], warmup, backends)
         for v in (Variant.ON, Variant.OFF)
         if v in etdumps
     }
@@ -88,27 +102,74 @@ def measurement_from_etdumps(
     )
 
 
+def _record(data: Any) -> Mapping[str, Any] | None:
+    """Our part of a manifest: its ``sme2`` record (schema 3), or the whole manifest of an
+    older pytest-sme2 (schema ≤ 2, the record at the top level); None for anyone else's."""
+    if not isinstance(data, dict):
+        return None
+    ours = data.get("sme2")
+    if isinstance(ours, dict) and ours.get("generator") == GENERATOR:
+        return ours
+    return data if data.get("generator") == GENERATOR else None
+
+
 def load_test_dir(manifest_path: Path) -> tuple[Measurement, tuple[Verdict, ...]]:
     """Reload the case record and the verdicts of a test directory pytest-sme2 wrote."""
     try:
-        data = json.loads(manifest_path.read_text())
-        if data["schema_version"] != SCHEMA_VERSION:
+        ours = _record(json.loads(manifest_path.read_text()))
+        if ours is None:
+            raise KeyError("no pytest-sme2 record")
+        if ours["schema_version"] != SCHEMA_VERSION:
             raise ConfigError(
-                f"{manifest_path}: manifest schema {data['schema_version']}, this pytest-sme2 "
+                f"{manifest_path}: manifest schema {ours['schema_version']}, this pytest-sme2 "
                 f"reads {SCHEMA_VERSION}; re-run the tests that wrote it"
             )
-        measurement = Measurement.from_json(data, manifest_path.parent)
-        verdicts = tuple(Verdict.from_json(v) for v in data["verdicts"])
+        measurement = Measurement.from_json(ours["record"], manifest_path.parent)
+        verdicts = tuple(Verdict.from_json(v) for v in ours["verdicts"])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{manifest_path}: not a readable pytest-sme2 manifest ({err})") from None
     return measurement, verdicts
 
 
-def _is_ours(manifest_path: Path) -> bool:
+def _read_manifest(manifest_path: Path) -> Any:
     try:
-        return json.loads(manifest_path.read_text()).get("generator") == GENERATOR
-    except (OSError, ValueError, AttributeError):
-        return False
+        return json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class KitRun:
+    """A run directory (the kit's, or ours): the program its ``manifest.json`` names."""
+
+    directory: Path
+    #: ``<model>_xnnpack_<dtype>``, the .pte's stem
+    program_stem: str | None
+    #: the program and its ETRecord, where they are still there
+    pte: Path | None
+    etrecord: Path | None
+
+    @classmethod
+    def read(cls, manifest_path: Path, data: Mapping[str, Any]) -> KitRun:
+        """The run of a manifest. Its ``model`` is a path on the machine that ran it: when the
+        directory has moved, the program is looked for beside the manifest by its name."""
+        directory = manifest_path.parent
+        model = data.get("model")
+        if not isinstance(model, str) or not model:
+            return cls(directory, None, None, None)
+        named = Path(model)
+        ptes = (named, directory / named.name)
+        pte = next((c for c in ptes if c.is_file()), None)
+        etrecords = (Path(f"{named}.etrecord"), directory / f"{named.name}.etrecord")
+        etrecord = next((c for c in etrecords if c.is_file()), None)
+        return cls(directory, named.stem, pte, etrecord)
+
+    def backends(self) -> dict[int, str] | None:
+        return delegate_backends(self.etrecord) if self.etrecord is not None else None
+
+    def program(self) -> Program | None:
+        """What a report made from this run copies into its own run directory."""
+        return Program(self.pte, self.etrecord) if self.pte is not None else None
 
 
 @dataclass(frozen=True)
@@ -118,28 +179,44 @@ class Found:
     name: str
     measurement: Measurement
     verdicts: tuple[Verdict, ...]
+    #: the report's title where the run had one (the pytest node id)
+    title: str | None = None
+    program: Program | None = None
 
 
-def _foreign_case(key: str) -> dict[str, Any]:
-    """model/dtype/threads/device from a kit-style file stem, else the stem as the model."""
+def _foreign_case(key: str, folder: str = "", program_stem: str | None = None) -> dict[str, Any]:
+    """model/dtype/threads/device of an ETDump made elsewhere: from its kit-style file stem,
+    the kit experiment folder it is in (``folder``: the device) and the kit manifest's program
+    (``program_stem``), else the stem as the model."""
     stem = Path(key).name
     for suffix in ETDUMP_SUFFIXES:
         stem = stem.removesuffix(suffix)
     match = _KIT_STEM.match(stem.replace("{}", "sme2"))
-    if not match:
-        return {
-            "model": _VARIANT.sub("", stem).strip("_-") or stem,
-            "dtype": "unknown",
+    program = _PROGRAM_STEM.match(program_stem or "")
+    if match:
+        case = {
+            "model": match["model"],
+            "dtype": match["dtype"],
+            "threads": int(match["threads"]),
+            "device": match["exp"].replace("sme2", "").strip("_-") or "unknown",
+        }
+    else:
+        case = {
+            "model": program["model"] if program else _VARIANT.sub("", stem).strip("_-") or stem,
+            "dtype": program["dtype"] if program else "unknown",
             "threads": 1,
             "device": "unknown",
         }
-    experiment = match["exp"].replace("sme2", "").strip("_-")
-    return {
-        "model": match["model"],
-        "dtype": match["dtype"],
-        "threads": int(match["threads"]),
-        "device": experiment or "unknown",
-    }
+    experiment = _EXPERIMENT.match(folder)
+    if experiment:
+        case["device"] = experiment["device"]
+    return case
+
+
+def _enclosing(path: Path, runs: list[KitRun]) -> KitRun | None:
+    """The innermost kit run directory holding ``path``."""
+    holding = [r for r in runs if path.is_relative_to(r.directory)]
+    return max(holding, key=lambda r: len(r.directory.parts), default=None)
 
 
 def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list[Found]:
@@ -149,15 +226,23 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
         raise ConfigError(f"{run_dir}: not a directory (sme2 report takes a run directory)")
     found: list[Found] = []
     ours: list[Path] = []
+    kit_runs: list[KitRun] = []
     skip = [exclude.resolve()] if exclude is not None else []
     for manifest_path in sorted(run_dir.rglob(MANIFEST_NAME)):
         if any(manifest_path.resolve().is_relative_to(d) for d in skip):
             continue
-        if _is_ours(manifest_path):
+        data = _read_manifest(manifest_path)
+        ours_record = _record(data)
+        if ours_record is not None:
             m, verdicts = load_test_dir(manifest_path)
             name = str(manifest_path.parent.relative_to(run_dir)).replace("/", "_")
-            found.append(Found(name if name != "." else m.model, m, verdicts))
+            config = ours_record.get("config")
+            title = config.get("nodeid") if isinstance(config, dict) else None
+            program = KitRun.read(manifest_path, data).program()
+            found.append(Found(name if name != "." else m.model, m, verdicts, title, program))
             ours.append(manifest_path.parent)
+        elif isinstance(data, dict):
+            kit_runs.append(KitRun.read(manifest_path, data))
     groups: dict[str, dict[Variant, Path]] = {}
     for path in sorted(
         p for p in run_dir.rglob("*") if p.suffix in ETDUMP_SUFFIXES and p.is_file()
@@ -177,10 +262,18 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
         key = _VARIANT.sub("{}", rel)
         groups.setdefault(key, {})[variant] = path
     for key, etdumps in groups.items():
-        case = _foreign_case(key)
-        m = measurement_from_etdumps(etdumps, warmup=warmup, **case)
+        path = next(iter(etdumps.values()))
+        run = _enclosing(path, kit_runs)
+        case = _foreign_case(key, path.parent.name, run.program_stem if run else None)
+        backends = run.backends() if run is not None else None
+        m = measurement_from_etdumps(etdumps, warmup=warmup, backends=backends, **case)
         found.append(
-            Found(f"{case['model']}_{case['dtype']}_{case['device']}_t{case['threads']}", m, ())
+            Found(
+                f"{case['model']}_{case['dtype']}_{case['device']}_t{case['threads']}",
+                m,
+                (),
+                program=run.program() if run is not None else None,
+            )
         )
     if not found:
         raise ConfigError(
@@ -190,8 +283,8 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
 
 
 def report_run_dir(run_dir: Path, out: Path, *, warmup: int) -> str:
-    """Write every found test's artifacts to ``out/<name>/`` and the session report to
-    ``out/report.md``; return the session report's markdown."""
+    """Write every found test's artifacts to ``out/<name>/`` (a run directory each) and the
+    session report to ``out/report.md``; return the session report's markdown."""
     entries = []
     for item in discover(run_dir, warmup=warmup, exclude=out):
         m = item.measurement
@@ -201,10 +294,12 @@ def report_run_dir(run_dir: Path, out: Path, *, warmup: int) -> str:
             out / item.name,
             config={"source": str(run_dir)},
             charts=render_charts(m),
+            title=item.title,
+            program=item.program,
         )
         entries.append(SessionEntry(item.name, m, item.verdicts, written.report_md))
     text = session_report(entries, base=out)
-    (out / REPORT_NAME).write_text(text)
+    write_atomic(out / SESSION_REPORT_NAME, text)
     return text
 
 

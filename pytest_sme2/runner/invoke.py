@@ -32,7 +32,7 @@ DEFAULT_TIMEOUT_S = 900.0
 ANSWER_TIMEOUT_S = 15.0
 
 TIMINGS_NAME = "timings.json"
-ETDUMP_NAME = "run.etdump"
+ETDUMP_NAME = "run.etdp"
 OUTPUTS_NAME = "outputs.tensors"
 # ExecuTorch's log lines at error level: "E 00:00:00.001678 executorch:program.cpp:114] ..."
 _ET_ERROR_LOG = re.compile(r"^E \d\d:\d\d:\d\d")

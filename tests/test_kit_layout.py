@@ -1,0 +1,292 @@
+"""The reference kit's contract (docs: kit-interop.md) on real cases: a case × device folder is a
+kit run directory its tools read right, and a kit run directory is something ``sme2 report`` and
+``sme2 compare`` read.
+
+Written from the document, not from the kit's code: the file names, JSON keys and CSV columns
+it lists, the globs its tools use (``**/*.etdump``, ``**/*_timeline.csv``, ``**/*_ops_stats.csv``)
+and what they take the numbers to mean (``*_ms`` is time; ops_stats are per run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from pytest_sme2.analysis import profile
+from pytest_sme2.cache import cache_root
+from pytest_sme2.cli import main
+from pytest_sme2.etrecord import delegate_backends
+from pytest_sme2.report.rundir import load_test_dir
+from pytest_sme2.trace import EXECUTE, read_etdump
+from tests.inner import INNER_TEST, inner_conftest
+
+MODEL = "kit_small"
+STEM = f"{MODEL}_xnnpack_fp32"
+KIT_TIMELINE = [
+    *("model_id", "name", "type", "delegate_backend", "start_us", "end_us", "duration_ms"),
+    *("pct_total", "node_id", "run_index", "block"),
+]
+KIT_OPS_STATS = [
+    *("model_id", "name", "type", "delegate_backend", "count", "total_ms", "avg_ms"),
+    "pct_total",
+]
+KIT_METRICS = {
+    "runs",
+    "threads",
+    "latency_ms",
+    "median_ms",
+    "min_ms",
+    "max_ms",
+    "etdump",
+    "log",
+    "etdump_rel",
+    "log_rel",
+}
+#: the fixed names the kit's tools write into a run directory (they would overwrite ours)
+KIT_WRITES = ("analysis_summary.json", "report.md")
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One real case measured on the host and on qemu-sme2 (a fleet, one inner session): the
+    case folder of each, by device."""
+    project = tmp_path_factory.mktemp("kit-project")
+    (project / "conftest.py").write_text(inner_conftest(MODEL))
+    (project / "test_kit.py").write_text(INNER_TEST)
+    artifacts = project / "artifacts"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--sme2-device=host,qemu-sme2",
+            "--sme2-runs=6",
+            "--sme2-rounds=2",
+            "--sme2-traced-runs=3",
+            "--sme2-warmup=1",
+            f"--sme2-baseline-dir={project / 'baselines'}",
+            "--sme2-update-baselines",
+            f"--sme2-artifacts={artifacts}",
+        ],
+        cwd=project,
+        env={**os.environ, "SME2_CACHE_DIR": str(cache_root())},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {device: artifacts / device / f"{MODEL}-fp32" for device in ("host", "qemu-sme2")}
+
+
+@pytest.fixture(params=["host", "qemu-sme2"])
+def run_dir(request: pytest.FixtureRequest, run_dirs: dict[str, Path]) -> Path:
+    return run_dirs[request.param]
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _experiments(run: Path) -> list[str]:
+    """The experiments of the run, as its manifest names them."""
+    return [r["experiment"] for r in _json(run / "manifest.json")["results"]]
+
+
+def test_the_case_folder_is_a_kit_run_directory(run_dir: Path):
+    manifest, metrics = _json(run_dir / "manifest.json"), _json(run_dir / "metrics.json")
+    # model: the .pte, its ETRecord where the tools look for it
+    pte = Path(manifest["model"])
+    assert pte.is_file() and pte.parent == run_dir and pte.name == f"{STEM}.pte"
+    assert Path(f"{pte}.etrecord").is_file()
+    assert manifest["config"] is None or Path(manifest["config"]).is_file()
+    assert {"present", "sha", "dirty"} <= set(manifest["executorch"])
+    assert manifest["results"] == metrics["results"]
+    device = manifest["sme2"]["record"]["device"]
+    assert sorted(_experiments(run_dir)) == sorted(
+        f"{run_dir.parent.name}_{variant.replace('-', '_')}" for variant in device["variants"]
+    )
+    for result in metrics["results"]:
+        experiment, values = result["experiment"], result["metrics"]
+        assert set(values) >= KIT_METRICS
+        prefix = f"{STEM}_{experiment}_t1"
+        folder = run_dir / experiment
+        assert (run_dir / values["etdump_rel"]) == folder / f"{prefix}.etdump"
+        assert Path(values["etdump"]).samefile(folder / f"{prefix}.etdump")
+        for suffix in ("_exec_all_runs_timeline.csv", "_exec_run0_timeline.csv"):
+            assert list(pd.read_csv(folder / f"{prefix}{suffix}").columns) == KIT_TIMELINE
+        assert list(pd.read_csv(folder / f"{prefix}_exec_ops_stats.csv").columns) == KIT_OPS_STATS
+        assert values["runs"] == len(values["latency_ms"]) > 0
+        assert values["median_ms"] == pytest.approx(pd.Series(values["latency_ms"]).median())
+
+
+def test_every_file_a_kit_glob_finds_is_in_its_experiment_folder(run_dir: Path):
+    """The tools analyse and sum every ETDump they find, and name an experiment after a CSV's
+    folder: one of each per experiment folder, none anywhere else (evidence runs included)."""
+    globs = ("*.etdump", "*_all_runs_timeline.csv", "*_run0_timeline.csv", "*_ops_stats.csv")
+    for pattern in globs:
+        found = sorted(p.relative_to(run_dir).parent for p in run_dir.glob(f"**/{pattern}"))
+        assert found == sorted(Path(e) for e in _experiments(run_dir)), pattern
+    for name in KIT_WRITES:
+        assert not (run_dir / name).exists()
+
+
+def test_ops_stats_are_per_run_figures(run_dir: Path):
+    """``count`` is instances in one run, ``total_ms`` the time of one run: together the
+    operators cannot take longer than a run."""
+    record = _json(run_dir / "manifest.json")["sme2"]["record"]
+    for result in _json(run_dir / "manifest.json")["results"]:
+        folder = run_dir / result["experiment"]
+        prefix = f"{STEM}_{result['experiment']}_t1"
+        timeline = pd.read_csv(folder / f"{prefix}_exec_all_runs_timeline.csv")
+        stats = pd.read_csv(folder / f"{prefix}_exec_ops_stats.csv")
+        variant = next(v for v in record["variants"] if result["variant"] == v["variant"])
+        unit = variant["profile"]["unit"]
+        # the kit-named files hold time: the traced runs' own clock (emulated on qemu)
+        warmup = variant["profile"]["warmup"] if unit == "ms" else 0
+        measured = timeline[timeline["run_index"] >= warmup]
+        runs = measured["run_index"].nunique()
+        for row in stats.itertuples():
+            rows = measured[measured["type"] == row.name]
+            assert row.count == len(rows) / runs
+            assert row.total_ms == pytest.approx(rows["duration_ms"].sum() / runs)
+            assert row.avg_ms == pytest.approx(rows["duration_ms"].mean())
+        e2e = measured[measured["name"] == EXECUTE]["duration_ms"]
+        assert stats["total_ms"].sum() <= e2e.max()
+
+
+def _keyed(data: Any, suffix: str) -> Iterator[tuple[str, Any]]:
+    """Every (key, value) under a key ending in ``suffix``, anywhere in ``data``."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key.endswith(suffix):
+                yield key, value
+            yield from _keyed(value, suffix)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _keyed(value, suffix)
+
+
+def _numbers(values: Any) -> set[float]:
+    if isinstance(values, bool):
+        return set()
+    if isinstance(values, int | float):
+        return {float(values)}
+    if isinstance(values, dict):
+        return {n for v in values.values() for n in _numbers(v)}
+    if isinstance(values, list):
+        return {n for v in values for n in _numbers(v)}
+    return set()
+
+
+def test_on_qemu_no_ms_name_holds_instructions(run_dirs: dict[str, Path]):
+    """Emulated time is flagged; the instruction profile the gates judge is only under
+    instruction names (``*_minstr``, ``*_instructions_ops.csv``), never under ``*_ms``."""
+    run = run_dirs["qemu-sme2"]
+    documents = [_json(p) for p in sorted(run.glob("*.json"))]
+    manifest = _json(run / "manifest.json")
+    assert manifest["emulated"] is True and _json(run / "metrics.json")["emulated"] is True
+    ms = {n for doc in documents for _, v in _keyed(doc, "_ms") for n in _numbers(v)}
+    minstr = {n for doc in documents for _, v in _keyed(doc, "_minstr") for n in _numbers(v)}
+    assert minstr and not (ms & minstr)
+    for variant in manifest["sme2"]["record"]["variants"]:
+        assert variant["profile"]["unit"] == "M instr"
+        assert not list(_keyed(variant["profile"], "_ms"))
+    summary = _json(run / "sme2_analysis_summary.json")
+    assert "category_totals_ms" not in summary and summary["category_totals_minstr"]
+    for result in manifest["results"]:
+        prefix = f"{STEM}_{result['experiment']}_t1"
+        folder = run / result["experiment"]
+        counted = pd.read_csv(folder / f"{prefix}_instructions_ops.csv")
+        assert {"total_minstr", "avg_minstr"} <= set(counted.columns)
+        assert not [c for c in counted.columns if c.endswith("_ms")]
+        # the latencies are the emulated clock's: each run's timed execute holds the ETDump's
+        trace = read_etdump(folder / f"{prefix}.etdump")
+        latencies = result["metrics"]["latency_ms"]
+        assert len(latencies) == len(trace.runs)
+        for latency, run_ in zip(latencies, trace.runs, strict=True):
+            assert run_.e2e_ms <= latency
+    # instruction counts are also CSV columns the kit never globs for time
+    for path in run.glob("**/*.csv"):
+        for column in pd.read_csv(path).columns:
+            assert not (column.endswith("_ms") and "instructions" in path.name), path
+
+
+def test_sme2_report_reloads_our_run_directory_exactly(run_dirs: dict[str, Path], tmp_path):
+    artifacts = run_dirs["host"].parent.parent
+    assert main(["report", str(artifacts), "--out", str(tmp_path / "out")]) == 0
+    for device, run in run_dirs.items():
+        measurement, _ = load_test_dir(run / "manifest.json")
+        assert measurement.device.name == device
+        again = tmp_path / "out" / f"{device}_{run.name}" / "sme2_report.md"
+        assert again.read_text() == (run / "sme2_report.md").read_text()
+
+
+def _kit_run(source: Path, target: Path, device: str, *, etrecord: bool) -> Path:
+    """A kit run directory as the kit lays one out, from the ETDumps our runner wrote for
+    ``source``: kit-only manifest (its ``model`` a path on another machine) and metrics,
+    experiment folders, the program and (if ``etrecord``) its ETRecord beside the manifest."""
+    results = []
+    for result in _json(source / "manifest.json")["results"]:
+        experiment = result["experiment"].replace(source.parent.name, device)
+        folder = target / experiment
+        folder.mkdir(parents=True)
+        etdump = folder / f"{STEM}_{experiment}_t1.etdump"
+        shutil.copy(source / result["metrics"]["etdump_rel"], etdump)
+        results.append({"experiment": experiment, "metrics": {"etdump": str(etdump)}})
+    shutil.copy(source / f"{STEM}.pte", target / f"{STEM}.pte")
+    if etrecord:
+        shutil.copy(source / f"{STEM}.pte.etrecord", target / f"{STEM}.pte.etrecord")
+    manifest = {
+        "model": f"/elsewhere/out_{MODEL}/{STEM}.pte",
+        "config": None,
+        "executorch": {"present": True, "sha": "0" * 40, "dirty": False},
+        "results": results,
+    }
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    (target / "metrics.json").write_text(json.dumps({"results": results}))
+    return target
+
+
+@pytest.mark.parametrize("etrecord", [True, False], ids=["etrecord", "no-etrecord"])
+def test_sme2_report_reads_a_kit_run_directory(
+    run_dirs: dict[str, Path], tmp_path: Path, capsys, etrecord: bool
+):
+    source = run_dirs["qemu-sme2"]
+    kit = _kit_run(source, tmp_path / "runs" / "mac", "mac", etrecord=etrecord)
+    out = tmp_path / "report"
+    assert main(["report", str(kit), "--out", str(out)]) == 0
+    assert f"| {MODEL}_fp32_mac_t1 | {MODEL} | fp32 | mac |" in capsys.readouterr().out
+    summary = _json(out / f"{MODEL}_fp32_mac_t1" / "sme2_analysis_summary.json")
+    backends = delegate_backends(source / f"{STEM}.pte.etrecord") if etrecord else None
+    for entry in summary["per_etdump"]:
+        etdump = kit / entry["experiment"] / f"{STEM}_{entry['experiment']}_t1.etdump"
+        trace = read_etdump(etdump)
+        expected = profile(trace, warmup=min(1, len(trace.runs) - 1), backends=backends)
+        assert entry["categories_ms"] == pytest.approx(dict(expected.categories_ms))
+        assert entry["e2e_ms"] == pytest.approx(list(expected.e2e_ms))
+        assert {d["backend"] for d in entry["operator_details"] if d["delegated"]} == {
+            "XnnpackBackend"
+        }
+    assert {e["variant"] for e in summary["per_etdump"]} == {"sme2-on", "sme2-off"}
+
+
+def test_sme2_compare_puts_two_kit_run_directories_side_by_side(
+    run_dirs: dict[str, Path], tmp_path: Path, capsys
+):
+    mac = _kit_run(run_dirs["qemu-sme2"], tmp_path / "runs" / "mac", "mac", etrecord=True)
+    android = _kit_run(run_dirs["host"], tmp_path / "runs" / "android", "android", etrecord=False)
+    assert main(["compare", str(mac), str(android)]) == 0
+    table = capsys.readouterr().out
+    assert "mac" in table and "android" in table and MODEL in table
