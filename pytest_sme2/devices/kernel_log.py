@@ -22,7 +22,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pytest_sme2.devices.base import Sme2Evidence
+from pytest_sme2.attribution import OperatorKernels
+from pytest_sme2.devices.base import ExecutedKernel, Sme2Evidence
 from pytest_sme2.trace import Trace
 
 _USING = re.compile(r"Using (\w+) microkernel '(\w+)'")
@@ -168,6 +169,8 @@ def kernel_evidence(
     instructions: int | None = None,
     sme_instructions: int | None = None,
     instruction_trace: Trace | None = None,
+    executed: tuple[ExecutedKernel, ...] = (),
+    operator_kernels: tuple[OperatorKernels, ...] = (),
 ) -> Sme2Evidence:
     """Evidence from kernel names that ran: the SME2 ones, and the SME1-only compute ones (sorted).
 
@@ -186,4 +189,6 @@ def kernel_evidence(
         ),
         source=source,
         instruction_trace=instruction_trace,
+        kernels=executed,
+        operator_kernels=operator_kernels,
     )

@@ -7,7 +7,10 @@ the kit's ``<model stem>_<experiment>_t<threads>``):
 * ``<prefix>_exec_all_runs_timeline.csv`` / ``<prefix>_exec_run0_timeline.csv`` — one row per
   event of every run / of the first measured run;
 * ``<prefix>_exec_ops_stats.csv`` — one row per operator kind over the measured runs;
-* ``<prefix>_trace.json`` — Chrome Trace Event Format for Perfetto.
+* ``<prefix>_trace.json`` — Chrome Trace Event Format for Perfetto;
+* ``<prefix>_kernels.csv`` — where the device shows kernels (qemu's exec log, a Debug runner's
+  kernel log): one row per microkernel, the kit's ``kernels.csv`` columns
+  (:func:`pytest_sme2.kernels.kernels_frame`).
 
 Per test: ``analysis_summary.json``, ``manifest.json``, ``report.md`` and the chart PNGs.
 
@@ -48,6 +51,7 @@ from pytest_sme2.analysis import Profile, event_backend
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Variant, device_file_name
 from pytest_sme2.gates import Verdict
+from pytest_sme2.kernels import kernels_frame
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.report.chrome_trace import write_chrome_trace
 from pytest_sme2.report.content import ordered_variants
@@ -158,6 +162,7 @@ class VariantFiles:
     timeline_run0: Path
     ops_stats: Path
     chrome_trace: Path
+    kernels: Path
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,7 @@ class TestArtifacts:
                 (f"{variant} all-runs timeline", files.timeline_all),
                 (f"{variant} run0 timeline", files.timeline_run0),
                 (f"{variant} ops stats", files.ops_stats),
+                (f"{variant} kernels", files.kernels),
             ]
         links += [(f"{name} chart", path) for name, path in self.charts.items()]
         return [(label, path) for label, path in links if label == "report.md" or path.is_file()]
@@ -401,8 +407,11 @@ def write_artifacts(
             timeline_run0=directory / f"{prefix}_exec_run0_timeline.csv",
             ops_stats=directory / f"{prefix}_exec_ops_stats.csv",
             chrome_trace=directory / f"{prefix}_trace.json",
+            kernels=directory / f"{prefix}_kernels.csv",
         )
         ops_stats_frame(vm.profile, prefix).to_csv(f.ops_stats, index=False)
+        if vm.evidence is not None and vm.evidence.kernels:
+            kernels_frame(prefix, vm.evidence.kernels).to_csv(f.kernels, index=False)
         if vm.etdump.is_file():
             _link_or_copy(vm.etdump, f.etdump)
             trace = read_etdump(vm.etdump)
