@@ -42,7 +42,6 @@ _OP_CATEGORY: Mapping[str, str] = {
     "conv": CONVOLUTION,
     "dwconv": CONVOLUTION,
     "imatmul": CONVOLUTION,
-    "pack": DATA_MOVEMENT,
     "transpose": DATA_MOVEMENT,
     "transposec": DATA_MOVEMENT,
     "copy": DATA_MOVEMENT,
@@ -83,8 +82,9 @@ def kernel_category(name: str, kind: str = "") -> str:
     ``imatmul``) and depthwise ones Convolution, packing and layout copies Data Movement,
     XNNPACK's vector ops (``vadd``, ``vbinary``, ``vunary``…) Elementwise. ``kind`` (the kernel
     log's word) decides where the name does not."""
-    words = _words(name)
-    for word in (*words, kind.lower()):
+    if kernel_role(name) == PACKING:  # ``lhs_imatmul_pack``: packing for a convolution
+        return DATA_MOVEMENT
+    for word in (*_words(name), kind.lower()):
         if word in _OP_CATEGORY:
             return _OP_CATEGORY[word]
     described = describe_kernel(name)

@@ -95,8 +95,20 @@ def test_a_log_without_kernel_lines_gives_nothing() -> None:
             "xnn_f32_dwconv2d_chw_ukernel_3x3p1__neon_2x4",
             ("f32", "dwconv2d", "chw", "3x3p1", "neon_2x4"),
         ),
-        # KleidiAI symbols are classified but not split: their parts follow another scheme
-        ("kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa", ("", "", "", "", "")),
+        # KleidiAI: op, variant, dtypes (output, LHS, RHS), tile, arch — in their own order
+        (
+            "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa",
+            ("f32_f32p2vlx1_f32p2vlx1biasf32", "matmul", "clamp", "", "sme2_mopa"),
+        ),
+        (
+            "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa",
+            ("f32_qai8dxp1vlx4_qsi8cxp4vlx4", "matmul", "clamp", "1vlx4vl", "sme2_mopa"),
+        ),
+        (
+            "kai_run_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme",
+            ("f32p2vlx1biasf32_f32_f32", "rhs_pack", "kxn", "", "sme"),
+        ),
+        ("kai_run_lhs_quant_pack_qai8dxp_f32", ("qai8dxp_f32", "lhs_quant_pack", "", "", "")),
     ],
 )
 def test_names_split_into_the_reference_kits_fields(

@@ -410,7 +410,9 @@ def write_artifacts(
             kernels=directory / f"{prefix}_kernels.csv",
         )
         ops_stats_frame(vm.profile, prefix).to_csv(f.ops_stats, index=False)
-        if vm.evidence is not None and vm.evidence.kernels:
+        # where the device shows kernels: a kernel log that named some, or an exec log counted
+        # per operator (its list may be empty: no function that ran has a kernel's name)
+        if vm.evidence is not None and (vm.evidence.kernels or vm.evidence.operator_kernels):
             kernels_frame(prefix, vm.evidence.kernels).to_csv(f.kernels, index=False)
         if vm.etdump.is_file():
             _link_or_copy(vm.etdump, f.etdump)
