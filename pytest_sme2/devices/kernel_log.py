@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pytest_sme2.attribution import OperatorKernels
@@ -193,6 +193,20 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[KernelUse, ...]:
         if match := _USING.search(line):
             counts[(match[2], match[1])] += 1
     return tuple(describe_kernel(name, kind, count) for (name, kind), count in counts.items())
+
+
+def logged_kernels(
+    known: Mapping[str, ExecutedKernel], uses: Iterable[KernelUse]
+) -> dict[str, ExecutedKernel]:
+    """``known`` kernels (by name) with one more process's log lines ``uses`` added: every
+    kernel any run logged, its count the most lines one process logged (the kit's count is
+    one run's log; a device runs a case in several processes)."""
+    merged = dict(known)
+    for use in uses:
+        before = merged.get(use.name)
+        if before is None or use.count > before.count:
+            merged[use.name] = ExecutedKernel(use.name, use.count, kind=use.kind)
+    return merged
 
 
 def kernel_evidence(
