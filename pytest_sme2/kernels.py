@@ -19,14 +19,17 @@ from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM, OTHER
 from pytest_sme2.devices.base import ExecutedKernel
 from pytest_sme2.devices.kernel_log import KERNEL_CSV_COLUMNS, Isa, describe_kernel, kernel_isa
+from pytest_sme2.devices.qemu_log import is_unnamed_code
 from pytest_sme2.ops import parse_op_name
 
 if TYPE_CHECKING:
     import pandas as pd
 
-PACKING, COMPUTE, OTHER_ROLE = "packing", "compute", "other"
+PACKING, COMPUTE, OTHER_ROLE, NO_SYMBOL = "packing", "compute", "other", "no symbol"
 """What a function does inside an operator: moves operands into a kernel's layout, computes
-the operator's result, or anything else (runtime, dispatch, code without a symbol)."""
+the operator's result, anything else (runtime, dispatch, getters); or unknown: code without a
+symbol (the wheels export few of XNNPACK's microkernels: most NEON ones are hidden)."""
+ROLES = (PACKING, COMPUTE, OTHER_ROLE, NO_SYMBOL)
 
 #: ``kernels.csv`` columns: the kit's, then the instructions where the device counts them (the
 #: kit's readers take columns by name, so an extra one is read past)
@@ -60,7 +63,10 @@ def kernel_role(name: str) -> str:
     """:data:`PACKING` for any name with a ``pack`` word (``kai_run_lhs_imatmul_pack_…``,
     ``xnn_x32_pack_lh_ukernel__neonsme2``, ``xnn_pack_kai_…``); :data:`COMPUTE` for XNNPACK
     microkernels (``xnn_*_ukernel_*``) and KleidiAI matmuls (``kai_run_matmul_*``,
-    ``kai_kernel_matmul_*``); :data:`OTHER_ROLE` for the rest (runtime, getters, unnamed code)."""
+    ``kai_kernel_matmul_*``); :data:`NO_SYMBOL` for code no symbol names (``[<library>]``,
+    :func:`pytest_sme2.devices.qemu_log.unnamed_code`); :data:`OTHER_ROLE` for the rest."""
+    if is_unnamed_code(name):
+        return NO_SYMBOL
     words = _words(name)
     if "pack" in words:
         return PACKING
@@ -73,7 +79,7 @@ def kernel_role(name: str) -> str:
 
 def is_kernel(name: str) -> bool:
     """Whether ``name`` is a microkernel or packing routine (a ``kernels.csv`` row)."""
-    return kernel_role(name) != OTHER_ROLE
+    return kernel_role(name) in (PACKING, COMPUTE)
 
 
 def kernel_category(name: str, kind: str = "") -> str:

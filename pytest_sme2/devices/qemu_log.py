@@ -66,6 +66,11 @@ def unnamed_code(library: str) -> str:
     return f"[{library or 'main'}]"
 
 
+def is_unnamed_code(function: str) -> bool:
+    """Whether an ``interval_functions`` key is :func:`unnamed_code` rather than a symbol."""
+    return function.startswith("[") and function.endswith("]")
+
+
 _OPENAT = re.compile(rb'^\d+ openat\(\w+,"((?:[^"\\]|\\.)*)",[^)]*\) = (\d+)$')
 _CLOSE = re.compile(rb"^\d+ close\((\d+)\) = 0$")
 _CLOCK = re.compile(rb"^\d+ clock_gettime\(")

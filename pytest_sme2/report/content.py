@@ -16,7 +16,7 @@ from pytest_sme2.analysis import OTHER, Profile
 from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
-from pytest_sme2.kernels import COMPUTE, OTHER_ROLE, PACKING, kernel_role, kernels_by_kind
+from pytest_sme2.kernels import ROLES, kernel_role, kernels_by_kind
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
@@ -371,8 +371,8 @@ KERNEL_VIEW_TITLE = "Kernels of the top operators (share of each operator's inst
 def kernel_table(m: Measurement) -> Table | None:
     """The kernel view: for the top operators (of the headline variant, matched across
     variants by ``OpName.unpacked_key``), the functions that executed in them with their share of
-    the operator's instructions, SME2-off beside SME2-on; a first row per operator splits it
-    into packing · compute · other (:func:`pytest_sme2.kernels.kernel_role`). None where no
+    the operator's instructions, SME2-off beside SME2-on ("—": it did not run there); a first
+    row per operator splits it by role (:data:`pytest_sme2.kernels.ROLES`). None where no
     variant has kernels per operator (only qemu-sme2 counts them)."""
     kinds: dict[Variant, dict[str, dict[str, int]]] = {}
     for variant in ordered_variants(m):
@@ -395,12 +395,11 @@ def kernel_table(m: Measurement) -> Table | None:
         rows.append(
             (
                 op.name,
-                "packing · compute · other",
+                " · ".join(ROLES),
                 "",
                 *(
                     " · ".join(
-                        _share_of(f, [n for n in f if kernel_role(n) == role])
-                        for role in (PACKING, COMPUTE, OTHER_ROLE)
+                        _share_of(f, [n for n in f if kernel_role(n) == role]) for role in ROLES
                     )
                     if f
                     else "—"
@@ -408,12 +407,21 @@ def kernel_table(m: Measurement) -> Table | None:
                 ),
             )
         )
-        ranked: dict[str, int] = {}
+        # each variant's largest functions, largest first
+        ranked: dict[str, float] = {}
         for functions in per_variant:
+            total = sum(functions.values())
             for name, count in list(functions.items())[:KERNEL_VIEW_KERNELS]:
-                ranked[name] = max(ranked.get(name, 0), count)
-        for name in ranked:
-            rows.append(("", name, kernel_role(name), *(_share_of(f, [name]) for f in per_variant)))
+                ranked[name] = max(ranked.get(name, 0.0), count / total)
+        for name in sorted(ranked, key=lambda n: -ranked[n]):
+            rows.append(
+                (
+                    "",
+                    name,
+                    kernel_role(name),
+                    *(_share_of(f, [name]) if name in f else "—" for f in per_variant),
+                )
+            )
     headers = ("operator", "kernel", "role", *(f"{v} share of operator" for v in shown))
     return Table(headers, tuple(rows))
 
