@@ -248,9 +248,8 @@ class _Call:
     def end(self, blocks: Mapping[int, _Block]) -> _Counted:
         """The call's counted segment, its clock reads and their intervals' tallies."""
         self.tail.fold(blocks)
-        if self.counted.executions == 0:
-            return self.tail, tuple(self.reads), ()
-        return self.counted, tuple(self.reads), tuple(self.intervals)
+        counted = self.tail if self.counted.executions == 0 else self.counted
+        return counted, tuple(self.reads), tuple(self.intervals)
 
 
 #: a counted call: its tally, its clock reads, and per read the tally since the previous one
