@@ -20,15 +20,20 @@ with the value it returned, in order with the instructions:
 :func:`instruction_run` rewrites a run's event times as instruction counts (1 "ns" = one
 instruction), so :func:`pytest_sme2.analysis.profile` gives operator and category instruction
 counts, shares and an Other residual with the very rules it applies to time.
+:func:`operator_kernels` gives each operator event the functions (microkernels, packing
+routines, runtime) that executed between the same reads, summing to its instructions exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_sme2.analysis import DELEGATE_CALL
+from pytest_sme2.categories import is_leaf
 from pytest_sme2.errors import TraceError
 from pytest_sme2.trace import Event, Run, Trace
 
@@ -42,6 +47,66 @@ class ClockRead:
     instructions: int
 
 
+@dataclass(frozen=True)
+class OperatorKernels:
+    """One operator event of the counted inference and the functions that executed inside it.
+
+    ``functions`` maps each function (a microkernel, a packing routine, runtime code; code no
+    symbol names as ``[<library>]``) to its instructions, most first; they sum to
+    ``instructions``, the event's instructions in the instruction-timed trace.
+    """
+
+    name: str  # the event's name, as in the ETDump (with its `` #n``)
+    instructions: int
+    functions: Mapping[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        # pairs, not an object: the order (most first) is part of the value
+        return {
+            "name": self.name,
+            "instructions": self.instructions,
+            "functions": [[name, count] for name, count in self.functions.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OperatorKernels:
+        return cls(
+            name=data["name"],
+            instructions=data["instructions"],
+            functions={name: count for name, count in data["functions"]},
+        )
+
+
+def operator_kernels(
+    run: Run,
+    reads: Sequence[ClockRead],
+    intervals: Sequence[Mapping[str, int]],
+    where: Path | str,
+) -> tuple[OperatorKernels, ...]:
+    """Each leaf operator event of ``run`` (XNNPACK operators, ``native_call_*``) with the
+    functions that executed in it: the sum of ``intervals`` (per read, the instructions per
+    function since the read before it) over the reads its span covers, so its functions sum to
+    exactly the instructions :func:`instruction_run` gives it."""
+    if len(intervals) != len(reads):
+        raise TraceError(
+            where, f"{len(intervals)} function tallies for {len(reads)} clock reads: not one log"
+        )
+    spans = _read_spans(run, reads, where)
+    at = [read.instructions for read in reads]
+    kernels = []
+    for event, span in zip(run.events, spans, strict=True):
+        if span is None or not is_leaf(event.name):
+            continue
+        first, last = span
+        functions: Counter[str] = Counter()
+        for interval in intervals[first + 1 : last + 1]:
+            functions.update(interval)
+        kernels.append(
+            OperatorKernels(event.name, at[last] - at[first], dict(functions.most_common()))
+        )
+    return tuple(kernels)
+
+
 def instruction_trace(trace: Trace, run_index: int, reads: Sequence[ClockRead]) -> Trace:
     """``trace`` cut to its run ``run_index``, timed in instructions by ``reads`` (that run's
     clock reads, in order); raises TraceError, naming the trace, when they do not line up."""
@@ -53,19 +118,11 @@ def instruction_trace(trace: Trace, run_index: int, reads: Sequence[ClockRead]) 
 def instruction_run(run: Run, reads: Sequence[ClockRead], where: Path | str) -> Run:
     """``run`` with every event's start and end as the instruction count at that moment,
     counted from the first read (see the module docstring for how events meet reads)."""
-    operators = _operators_by_call(run)
-    index = _index_by_value(run, reads, operators, where)
     at = [read.instructions for read in reads]
-    times: list[tuple[int, int] | None] = [None] * len(run.events)
-    for i, event in enumerate(run.events):
-        if not _synthetic(run, event):
-            times[i] = (at[index[event.start_ns]], at[index[event.end_ns]])
-    for call, ops in operators.items():
-        first = index[run.events[ops[0]].start_ns]  # the profiler's start
-        last = index[run.events[call].end_ns]
-        spans = _operator_spans(run, ops, reads, first + 1, last, where)
-        for k, (start, end) in zip(ops, spans, strict=True):
-            times[k] = (at[start], at[end])
+    times = [
+        None if span is None else (at[span[0]], at[span[1]])
+        for span in _read_spans(run, reads, where)
+    ]
     origin = times[0][0] if times[0] else 0
     events = tuple(
         event._replace(start_ns=span[0] - origin, end_ns=span[1] - origin)
@@ -73,6 +130,27 @@ def instruction_run(run: Run, reads: Sequence[ClockRead], where: Path | str) -> 
         if span is not None
     )
     return Run(index=run.index, e2e_ns=events[0].end_ns - events[0].start_ns, events=events)
+
+
+def _read_spans(
+    run: Run, reads: Sequence[ClockRead], where: Path | str
+) -> list[tuple[int, int] | None]:
+    """Per event of ``run``, the indices of the reads at its start and its end (None for an
+    event no read bounds)."""
+    operators = _operators_by_call(run)
+    index = _index_by_value(run, reads, operators, where)
+    spans: list[tuple[int, int] | None] = [None] * len(run.events)
+    for i, event in enumerate(run.events):
+        if not _synthetic(run, event):
+            spans[i] = (index[event.start_ns], index[event.end_ns])
+    for call, ops in operators.items():
+        first = index[run.events[ops[0]].start_ns]  # the profiler's start
+        last = index[run.events[call].end_ns]
+        for k, span in zip(
+            ops, _operator_spans(run, ops, reads, first + 1, last, where), strict=True
+        ):
+            spans[k] = span
+    return spans
 
 
 def _operator_spans(

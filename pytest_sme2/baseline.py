@@ -33,6 +33,7 @@ from pytest_sme2.analysis import Profile
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.devices.base import DeviceInfo, describe_class
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.kernels import sme2_kernels_by_kind
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.stats import LatencyStats, Ratio
@@ -119,6 +120,10 @@ class VariantBaseline:
     #: inference by operator kind (portable name), and each category's share of the inference
     operator_instructions: Mapping[str, int] = field(default_factory=dict)
     instruction_shares: Mapping[str, float] = field(default_factory=dict)
+    #: where the device counts kernels per operator (qemu-sme2): operator kind (portable name) →
+    #: the SME2 kernels that ran in it, sorted; what shows a library update changing the
+    #: kernel selection (an SME2 kernel replaced by a NEON one), by name
+    operator_sme2_kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -269,7 +274,19 @@ def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
         sme2_kernels=vm.evidence.sme2_kernels if vm.evidence else (),
         operator_instructions=operator_instructions(prof) if counted else {},
         instruction_shares={c: stable(v) for c, v in prof.shares.items()} if counted else {},
+        operator_sme2_kernels=operator_sme2_kernels(vm),
     )
+
+
+def operator_sme2_kernels(vm: VariantMeasurement) -> dict[str, tuple[str, ...]]:
+    """Operator kind (portable name) → the SME2 kernels that ran in it, from the variant's
+    kernels per operator; {} where the device does not count them."""
+    if vm.evidence is None or not vm.evidence.operator_kernels:
+        return {}
+    kinds: dict[str, set[str]] = {}
+    for kind, names in sme2_kernels_by_kind(vm.evidence.operator_kernels).items():
+        kinds.setdefault(portable_name(kind), set()).update(names)
+    return {kind: tuple(sorted(names)) for kind, names in sorted(kinds.items())}
 
 
 def speedup_baseline(s: Ratio) -> SpeedupBaseline:
@@ -313,6 +330,9 @@ def to_json(b: Baseline) -> str:
     """The file's text; ``written_by`` names the pytest-sme2 that wrote it, so that a later one
     that meets a newer schema can say which version reads it."""
     doc = {"schema_version": SCHEMA_VERSION, "written_by": package_version(), **asdict(b)}
+    for variant in doc["variants"].values():
+        if not variant["operator_sme2_kernels"]:  # baselines without them keep their bytes
+            del variant["operator_sme2_kernels"]
     for record in doc["machines"].values():
         if record["calibration"] is None:  # uncalibrated records keep the shape they always had
             del record["calibration"]
@@ -416,6 +436,9 @@ def _from_doc(doc: Mapping[str, Any]) -> Baseline:
                 sme2_kernels=tuple(v.get("sme2_kernels", ())),
                 operator_instructions=dict(v.get("operator_instructions", {})),
                 instruction_shares=dict(v.get("instruction_shares", {})),
+                operator_sme2_kernels={
+                    kind: tuple(names) for kind, names in v.get("operator_sme2_kernels", {}).items()
+                },
             )
             for name, v in doc["variants"].items()
         },
@@ -528,6 +551,9 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
             variants[name] = nv
             continue
         changes += [f"{name} {line}" for line in structure_diff(ov, nv)]
+        if not ov.operator_sme2_kernels and nv.operator_sme2_kernels:
+            changes.append(f"{name} SME2 kernels per operator kind recorded")
+        changes += [f"{name} {line}" for line in kernel_selection_diff(ov, nv)[0]]
         variants[name] = nv
         if _replaced(ov.instructions, nv.instructions, instructions_move, tol):
             changes.append(f"{name} instructions/inference {ov.instructions} → {nv.instructions}")
@@ -719,6 +745,40 @@ def structure_diff(stored: VariantBaseline, now: VariantBaseline) -> list[str]:
     if tuple(stored.sme2_kernels) != tuple(now.sme2_kernels):
         diff.append(f"SME2 kernels {list(stored.sme2_kernels)} → {list(now.sme2_kernels)}")
     return diff
+
+
+def kernel_selection_diff(
+    stored: VariantBaseline, now: VariantBaseline
+) -> tuple[list[str], list[str]]:
+    """How the SME2 kernels per operator kind changed, one line per kind naming the kernels
+    (kinds matched without their packing, ``PF32`` = ``F32``: a kind that fell back to NEON is
+    renamed); and the stored kinds that now run no SME2 kernel at all. ([], []) where ``stored``
+    has none (a baseline written before they were recorded)."""
+    if not stored.operator_sme2_kernels:
+        return [], []
+
+    def unpacked(kinds: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, tuple[str, ...]]]:
+        return {parse_op_name(kind).unpacked_key: (kind, names) for kind, names in kinds.items()}
+
+    old, new = unpacked(stored.operator_sme2_kernels), unpacked(now.operator_sme2_kernels)
+    lines, gone = [], []
+    for key in sorted({*old, *new}):
+        kind, before = old[key] if key in old else (new[key][0], ())
+        after = new[key][1] if key in new else ()
+        if before == after:
+            continue
+        removed = [n for n in before if n not in after]
+        added = [n for n in after if n not in before]
+        if not after:
+            gone.append(kind)
+            lines.append(f"{kind}: SME2 kernel {', '.join(removed)} no longer runs, none does")
+        elif not before:
+            lines.append(f"{kind}: now runs SME2 kernel {', '.join(added)}")
+        else:
+            lines.append(
+                f"{kind}: SME2 kernel {', '.join(removed) or '—'} → {', '.join(added) or '—'}"
+            )
+    return lines, gone
 
 
 def operator_diff(old: Mapping[str, float], new: Mapping[str, float]) -> list[str]:

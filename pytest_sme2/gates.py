@@ -44,6 +44,7 @@ from pytest_sme2.baseline import (
     from_measurement,
     instruction_ratio_move,
     instructions_move,
+    kernel_selection_diff,
     latency_move,
     merge,
     moved_shares,
@@ -178,6 +179,7 @@ def judge(
     verdicts += _parity(m)
     if baseline is not None:
         verdicts += _structure(m, now, baseline)
+        verdicts += _kernel_selection(m, now, baseline, expectations)
         if not m.device.time_meaningful:
             verdicts += _instruction_shares(m, now, baseline, tolerances) or _time_meaningless(
                 m, "shares"
@@ -570,6 +572,34 @@ def _structure(m: Measurement, now: Baseline, baseline: Baseline) -> list[Verdic
             message = f"{len(measured.operators)} operator kinds as in the baseline"
             verdicts.append(Verdict(gate, Status.PASS, message))
     return verdicts
+
+
+def _kernel_selection(
+    m: Measurement, now: Baseline, baseline: Baseline, exp: Expectations
+) -> list[Verdict]:
+    """The SME2 kernels of each operator kind with SME2 on, against the baseline's: a change of
+    kernel selection (a library update replacing an SME2 kernel) is reported by name; an
+    operator kind that no longer runs any SME2 kernel fails under ``require_sme2_kernels``.
+    Judged where both the baseline and the measurement have kernels per operator."""
+    gate = "kernel-selection"
+    on, stored = m.variants.get(Variant.ON), baseline.variants.get(str(Variant.ON))
+    evidence = on.evidence if on is not None else None
+    if stored is None or not stored.operator_sme2_kernels:
+        return []  # a baseline written before kernels per operator were recorded
+    if evidence is None or not evidence.operator_kernels:
+        return []
+    lines, gone = kernel_selection_diff(stored, now.variants[str(Variant.ON)])
+    if gone and exp.require_sme2_kernels:
+        message = (
+            f"SME2 kernels gone from {len(gone)} operator kind(s) of {_case(m)}: "
+            f"{', '.join(gone)} (require_sme2_kernels)"
+        )
+        return [Verdict(gate, Status.FAIL, message, tuple(lines))]
+    if lines:
+        message = f"the SME2 kernel selection of {_case(m)} changed from the baseline: {RECORD_IT}"
+        return [Verdict(gate, Status.PASS, message, tuple(lines))]
+    kinds = len(stored.operator_sme2_kernels)
+    return [Verdict(gate, Status.PASS, f"{kinds} operator kind(s) run the baseline's SME2 kernels")]
 
 
 def _shares(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerances) -> list[Verdict]:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sme2.analysis import Comparison, Profile, compare
-from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.attribution import OperatorKernels
+from pytest_sme2.devices.base import DeviceInfo, ExecutedKernel, Sme2Evidence, Variant
 from pytest_sme2.numerics import Numerics
 
 
@@ -68,15 +69,7 @@ class VariantMeasurement:
             profile=Profile.from_json(data["profile"]),
             etdump=_resolve(data["etdump"], base),
             outputs=None if data["outputs"] is None else _resolve(data["outputs"], base),
-            evidence=None
-            if evidence is None
-            else Sme2Evidence(
-                instructions=evidence["instructions"],
-                sme_instructions=evidence["sme_instructions"],
-                sme2_kernels=tuple(evidence["sme2_kernels"]),
-                sme_kernels=tuple(evidence["sme_kernels"]),
-                source=evidence["source"],
-            ),
+            evidence=None if evidence is None else _evidence_from_json(evidence),
         )
 
 
@@ -179,14 +172,42 @@ def _device_json(device: DeviceInfo) -> dict[str, Any]:
     }
 
 
+#: the evidence JSON's format: 2 added ``kernels`` and ``operator_kernels`` (a format-1 record,
+#: written before, reads with neither)
+EVIDENCE_FORMAT = 2
+
+
 def _evidence_json(evidence: Sme2Evidence) -> dict[str, Any]:
     return {
+        "format": EVIDENCE_FORMAT,
         "instructions": evidence.instructions,
         "sme_instructions": evidence.sme_instructions,
         "sme2_kernels": list(evidence.sme2_kernels),
         "sme_kernels": list(evidence.sme_kernels),
         "source": evidence.source,
+        "kernels": [asdict(kernel) for kernel in evidence.kernels],
+        "operator_kernels": [op.to_json() for op in evidence.operator_kernels],
     }
+
+
+def _evidence_from_json(data: Mapping[str, Any]) -> Sme2Evidence:
+    version = data.get("format", 1)
+    if version > EVIDENCE_FORMAT:
+        raise ValueError(
+            f"evidence format {version}, this pytest-sme2 reads up to {EVIDENCE_FORMAT}: "
+            "update pytest-sme2 or re-run the tests that wrote it"
+        )
+    return Sme2Evidence(
+        instructions=data["instructions"],
+        sme_instructions=data["sme_instructions"],
+        sme2_kernels=tuple(data["sme2_kernels"]),
+        sme_kernels=tuple(data["sme_kernels"]),
+        source=data["source"],
+        kernels=tuple(ExecutedKernel(**kernel) for kernel in data.get("kernels", ())),
+        operator_kernels=tuple(
+            OperatorKernels.from_json(op) for op in data.get("operator_kernels", ())
+        ),
+    )
 
 
 def _relative(path: Path, base: Path) -> str:

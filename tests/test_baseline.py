@@ -126,6 +126,8 @@ def test_a_stored_value_outside_the_schema_is_one_line_naming_file_key_and_value
         (("threads",), 0, "threads"),
         (("tolerances", "latency_percent"), -3, "latency_percent"),
         (("model_name",), "toy", "model_name"),
+        (("variants", "sme2-on", "operator_sme2_kernels"), {"Conv": "kai_x"}, "Conv"),
+        (("variants", "sme2-on", "operator_sme2_kernels"), {"Conv": ["k", "k"]}, "Conv"),
     ],
 )
 def test_kinds_ranges_and_keys_are_as_documented(tmp_path, key_path, value, said):
@@ -384,3 +386,21 @@ def test_a_baseline_that_cannot_be_written_is_one_line_naming_the_path(tmp_path)
     assert blocked.read_text() == "not a directory"
     with pytest.raises(ConfigError, match=r"cannot read the baseline \(Not a directory\)"):
         store.load(path)
+
+
+def test_sme2_kernels_per_operator_kind_are_optional_stored_and_read_back(tmp_path):
+    """A baseline written before the key reads as before and is written back without it; one
+    with it keeps it, to the byte."""
+    path, doc = _stored(tmp_path)
+    assert "operator_sme2_kernels" not in doc["variants"]["sme2-on"]
+    kernels = {"Convolution (NHWC, PF32) IGEMM": ["kai_kernel_matmul_clamp_f32_sme2_mopa"]}
+    doc["variants"]["sme2-on"]["operator_sme2_kernels"] = kernels
+    path.write_text(json.dumps(doc))
+    loaded = store.load(path)
+    assert loaded is not None
+    assert loaded.variants["sme2-on"].operator_sme2_kernels == {
+        kind: tuple(names) for kind, names in kernels.items()
+    }
+    assert json.loads(store.to_json(loaded))["variants"]["sme2-on"]["operator_sme2_kernels"] == (
+        kernels
+    )

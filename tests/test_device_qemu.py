@@ -23,7 +23,7 @@ from pytest_sme2.devices.qemu import (
     QemuSme2Device,
     _count_while,
 )
-from pytest_sme2.devices.qemu_log import count_calls, count_instructions
+from pytest_sme2.devices.qemu_log import count_calls, count_instructions, is_unnamed_code
 from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.export import export_model
 from pytest_sme2.measure import MeasurePlan
@@ -107,6 +107,29 @@ def test_each_call_is_counted_alone(
     # the whole run holds the set-up and tail work as well (3 x 50 n iterations)
     whole = count_instructions(tmp_path / "large.log")
     assert whole.total > sum(large) + 150 * 3000 * per_iteration // 2
+
+
+def test_each_clock_read_knows_the_functions_executed_since_the_last_one(
+    toolchain: QemuToolchain, work_program: Path, tmp_path: Path
+) -> None:
+    """What splits an operator's instructions between its kernels: per interval between clock
+    reads, the instructions of each function, summing to the interval exactly."""
+    log = tmp_path / "work.log"
+    command = [*qemu_command(toolchain, sme2=True, exec_log=log), str(work_program), "1000", "3"]
+    subprocess.run(command, check=True, timeout=300)
+    counted = count_calls(log, [work_program.with_name("libwork.so")], "work")
+    assert len(counted) == 3
+    for count in counted:
+        assert len(count.interval_functions) == len(count.clock_reads) >= 1
+        before = 0
+        for read, functions in zip(count.clock_reads, count.interval_functions, strict=True):
+            assert sum(functions.values()) == read.instructions - before
+            before = read.instructions
+        assert before == count.total
+        # work() runs before the clock read that follows it returning; libc's clock_gettime
+        # has no symbol table given: its code counts under its library
+        assert count.interval_functions[0]["work"] == count.functions["work"]
+        assert any(is_unnamed_code(f) for functions in count.interval_functions for f in functions)
 
 
 def test_a_function_that_never_runs_is_an_error(

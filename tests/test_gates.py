@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.baseline import Baseline, Tolerances, from_measurement, merge
+from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.gates import (
     RECORD_IT,
@@ -559,3 +561,70 @@ def test_decide_confirms_a_time_failure_on_a_fresh_measurement(tmp_path):
     assert decision.measurement == fresh and decision.failure is None
     assert decision.remeasured_after and "latency" in decision.remeasured_after
     assert decision.baseline is None
+
+
+MOPA = "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa"
+PACK = "kai_run_lhs_imatmul_pack_x32p2vlx1_x32p_sme"
+NEON = "xnn_f32_igemm_minmax_ukernel_6x8__aarch64_neonfma_ld128"
+
+
+def _with_conv_kernels(conv: str, *functions: str) -> Measurement:
+    """An emulator's measurement whose SME2-on convolution ran ``functions`` (as qemu-sme2
+    counts them per operator event)."""
+    from tests.measurements import ON_EVIDENCE
+
+    m = counted_measurement()
+    on = m.variants[Variant.ON]
+    conv_kernels = OperatorKernels(conv + " #1", 10 * len(functions), dict.fromkeys(functions, 10))
+    evidence = replace(
+        on.evidence or ON_EVIDENCE,
+        operator_kernels=(conv_kernels, OperatorKernels("Transpose (ND, X32) #1", 5, {"[lib]": 5})),
+    )
+    return replace(m, variants={**m.variants, Variant.ON: replace(on, evidence=evidence)})
+
+
+PF32_CONV = "Convolution (NHWC, PF32) IGEMM"
+
+
+def test_a_changed_sme2_kernel_selection_is_reported_by_name():
+    stored = from_measurement(_with_conv_kernels(PF32_CONV, PACK, MOPA), TOL)
+    assert stored.variants["sme2-on"].operator_sme2_kernels == {PF32_CONV: (MOPA,)}
+    unchanged = by_gate(
+        judge(_with_conv_kernels(PF32_CONV, PACK, MOPA), stored, Expectations(), TOL)
+    )
+    assert unchanged["kernel-selection"].status is Status.PASS
+    other = MOPA.replace("biasf32_sme2_mopa", "b_2vlx2vl_sme2_mopa")
+    changed = _with_conv_kernels(PF32_CONV, PACK, other)
+    verdict = by_gate(judge(changed, stored, Expectations(require_sme2_kernels=True), TOL))[
+        "kernel-selection"
+    ]
+    assert verdict.status is Status.PASS and RECORD_IT in verdict.message
+    assert verdict.details == (f"{PF32_CONV}: SME2 kernel {MOPA} → {other}",)
+
+
+def test_an_sme2_kernel_gone_after_a_library_update_fails_require_sme2_kernels():
+    stored = from_measurement(_with_conv_kernels(PF32_CONV, PACK, MOPA), TOL)
+    # the update runs the convolution on NEON: the operator is renamed F32, no SME2 kernel in it
+    neon = _with_conv_kernels("Convolution (NHWC, F32) IGEMM", NEON)
+    required = by_gate(judge(neon, stored, Expectations(require_sme2_kernels=True), TOL))
+    verdict = required["kernel-selection"]
+    assert verdict.status is Status.FAIL
+    assert PF32_CONV in verdict.message and "require_sme2_kernels" in verdict.message
+    assert verdict.details == (f"{PF32_CONV}: SME2 kernel {MOPA} no longer runs, none does",)
+    # without the marker keyword the change is reported, not failed
+    reported = by_gate(judge(neon, stored, Expectations(), TOL))["kernel-selection"]
+    assert reported.status is Status.PASS and reported.details == verdict.details
+    # and a baseline update records it, saying what changed
+    _, changes = merge(stored, from_measurement(neon, TOL), TOL)
+    assert f"sme2-on {verdict.details[0]}" in changes
+
+
+def test_a_baseline_without_kernels_per_operator_judges_no_kernel_selection():
+    old = from_measurement(counted_measurement(), TOL)
+    assert old.variants["sme2-on"].operator_sme2_kernels == {}
+    verdicts = by_gate(
+        judge(
+            _with_conv_kernels(PF32_CONV, MOPA), old, Expectations(require_sme2_kernels=True), TOL
+        )
+    )
+    assert "kernel-selection" not in verdicts

@@ -16,8 +16,10 @@ from pytest_sme2.devices.kernel_log import (
     describe_kernel,
     kernel_evidence,
     kernel_isa,
+    logged_kernels,
     parse_kernel_log,
 )
+from pytest_sme2.kernels import kernels_frame
 
 STDERR_LOG = """\
 I 00:00:00.000512 executorch:sme2_runner.cpp:301] Loading model
@@ -95,8 +97,20 @@ def test_a_log_without_kernel_lines_gives_nothing() -> None:
             "xnn_f32_dwconv2d_chw_ukernel_3x3p1__neon_2x4",
             ("f32", "dwconv2d", "chw", "3x3p1", "neon_2x4"),
         ),
-        # KleidiAI symbols are classified but not split: their parts follow another scheme
-        ("kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa", ("", "", "", "", "")),
+        # KleidiAI: op, variant, dtypes (output, LHS, RHS), tile, arch — in their own order
+        (
+            "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa",
+            ("f32_f32p2vlx1_f32p2vlx1biasf32", "matmul", "clamp", "", "sme2_mopa"),
+        ),
+        (
+            "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa",
+            ("f32_qai8dxp1vlx4_qsi8cxp4vlx4", "matmul", "clamp", "1vlx4vl", "sme2_mopa"),
+        ),
+        (
+            "kai_run_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme",
+            ("f32p2vlx1biasf32_f32_f32", "rhs_pack", "kxn", "", "sme"),
+        ),
+        ("kai_run_lhs_quant_pack_qai8dxp_f32", ("qai8dxp_f32", "lhs_quant_pack", "", "", "")),
     ],
 )
 def test_names_split_into_the_reference_kits_fields(
@@ -147,3 +161,19 @@ def test_evidence_sorts_names_into_sme2_and_sme1_only() -> None:
     # SME1 compute once; NEON and the SME packing kernel (operand preparation) left out
     assert evidence.sme_kernels == (names[3],)
     assert (evidence.instructions, evidence.sme_instructions, evidence.source) == (10, 2, "test")
+
+
+def test_kernels_of_several_processes_keep_every_name_and_one_processs_count() -> None:
+    """A device runs a case in several processes (rounds); kernels.csv counts like the kit's,
+    from one run's log: the most lines one process logged."""
+    first = logged_kernels({}, parse_kernel_log(STDERR_LOG.splitlines()))
+    both = logged_kernels(first, parse_kernel_log([*STDERR_LOG.splitlines(), *LOGCAT.splitlines()]))
+    assert len(both) == 8
+    pf16 = both["xnn_pf16_gemm_minmax_ukernel_32x32c2__neonsme2"]
+    assert (pf16.count, pf16.kind, pf16.instructions) == (2, "gemm", None)
+    evidence = kernel_evidence(both, source="XNNPACK kernel log", executed=tuple(both.values()))
+    assert evidence.kernels == tuple(both.values())
+    frame = kernels_frame("squeezesam_xnnpack_fp16", evidence.kernels)
+    transpose = frame[frame["kernel_name"].str.contains("transposec")].iloc[0]
+    assert (transpose["category"], transpose["has_sme"]) == ("Data Movement", 0)
+    assert frame["has_sme2"].sum() == 4  # three PF16 kernels and the QP8 one

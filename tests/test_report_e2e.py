@@ -4,6 +4,7 @@ are there. This is what a reviewer sees when CI fails."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.cache import cache_root
+from pytest_sme2.report.content import KERNEL_VIEW_TITLE
 
 pytest_plugins = ["pytester"]
 
@@ -181,11 +183,13 @@ def test_qemu_html_report_shows_instructions_not_emulated_time(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """On qemu-sme2 the report is about instructions: per inference, per category and operator,
-    with their shares and the off ÷ on ratio; no latency table or chart of emulated time."""
+    with their shares and the off ÷ on ratio; no latency table or chart of emulated time. It
+    shows the kernels of the top operators, SME2-off beside on, and writes kernels.csv."""
     browser = chromium()
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyfile(test_tiny=INNER_TEST)
+    artifacts = tmp_path / "artifacts"
     result = pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
@@ -193,11 +197,23 @@ def test_qemu_html_report_shows_instructions_not_emulated_time(
         "--sme2-models=report_tiny",
         f"--sme2-baseline-dir={tmp_path / 'baselines'}",
         "--sme2-update-baselines",
+        f"--sme2-artifacts={artifacts}",
         "--html=report.html",
         "--self-contained-html",
         timeout=900,
     )
     result.assert_outcomes(passed=1)
+    case = artifacts / "qemu-sme2" / "report_tiny-fp32"
+    report_md = (case / "sme2_report.md").read_text()
+    for text in (KERNEL_VIEW_TITLE, "packing · compute · other", "_sme2_mopa"):
+        assert text in report_md, text
+    (on_csv,) = case.glob("*_sme2_on/kernels.csv")
+    (off_csv,) = case.glob("*_sme2_off/kernels.csv")
+    with on_csv.open() as on_rows, off_csv.open() as off_rows:
+        on, off = list(csv.DictReader(on_rows)), list(csv.DictReader(off_rows))
+    assert any(row["has_sme2"] == "1" for row in on)
+    # the wheel's NEON microkernels have no symbols: SME2-off names no SME2 kernel, if any
+    assert not any(row["has_sme2"] == "1" for row in off)
     html = (pytester.path / "report.html").read_text()
     probe_page = tmp_path / "probe.html"
     probe_page.write_text(html.replace("</body>", PROBE + "</body>"))
@@ -211,6 +227,8 @@ def test_qemu_html_report_shows_instructions_not_emulated_time(
         "sme2-off M instr/run",
         "sme2-on share",
         "instructions off ÷ on",
+        KERNEL_VIEW_TITLE,
+        "sme2-on share of operator",
     ):
         assert text in dom, text
     assert "<h4>Latency" not in dom and "median ms" not in dom

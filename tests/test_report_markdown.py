@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.analysis import profile
+from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Status, Verdict
 from pytest_sme2.report import content
@@ -16,7 +17,7 @@ from pytest_sme2.report.markdown import SessionEntry, case_report, session_repor
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
 from pytest_sme2.trace import Event, Run, Trace
-from tests.measurements import HOST, SME2_DEVICE, measurement
+from tests.measurements import HOST, SME2_DEVICE, counted_measurement, measurement
 
 MS = 1_000_000
 SECTIONS = (
@@ -202,3 +203,61 @@ def test_verdict_word_says_when_a_pass_needed_a_fresh_measurement():
     assert content.verdict_word([ok, skipped]) == "pass, 1 skipped"
     assert content.verdict_word([ok, skipped, confirmed]) == "pass, re-measured, 1 skipped"
     assert content.verdict_word([failed, persisted]) == "FAIL (2)"
+
+
+MOPA = "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa"
+PACK = "kai_run_lhs_imatmul_pack_x32p2vlx1_x32p_sme"
+XNNPACK_CODE = "[libexecutorch_backend_xnnpack.so]"
+
+
+def _with_operator_kernels(m: Measurement, variant: Variant, *ops: OperatorKernels) -> Measurement:
+    vm = m.variants[variant]
+    assert vm.evidence is not None
+    evidence = replace(vm.evidence, operator_kernels=ops)
+    return replace(m, variants={**m.variants, variant: replace(vm, evidence=evidence)})
+
+
+def test_the_kernel_view_shows_each_top_operators_kernels_off_beside_on() -> None:
+    m = counted_measurement()
+    m = _with_operator_kernels(
+        m,
+        Variant.ON,
+        OperatorKernels(
+            "Convolution (NHWC, PF32) IGEMM #1", 100, {PACK: 60, MOPA: 30, XNNPACK_CODE: 10}
+        ),
+    )
+    m = _with_operator_kernels(
+        m,
+        Variant.OFF,
+        OperatorKernels(
+            "Convolution (NHWC, F32) IGEMM #1", 400, {XNNPACK_CODE: 396, "xnn_invoke_runtime": 4}
+        ),
+    )
+    table = content.kernel_table(m)
+    assert table is not None
+    assert table.headers == (
+        "operator",
+        "kernel",
+        "role",
+        "sme2-off share of operator",
+        "sme2-on share of operator",
+    )
+    summary, *kernels = table.rows
+    assert summary == (
+        "Convolution (NHWC, PF32) IGEMM",
+        "packing · compute · other · no symbol",
+        "",
+        "0.0% · 0.0% · 1.0% · 99.0%",
+        "60.0% · 30.0% · 0.0% · 10.0%",
+    )
+    assert kernels == [
+        ("", XNNPACK_CODE, "no symbol", "99.0%", "10.0%"),
+        ("", PACK, "packing", "—", "60.0%"),
+        ("", MOPA, "compute", "—", "30.0%"),
+        ("", "xnn_invoke_runtime", "other", "1.0%", "—"),
+    ]
+    report = case_report(m, ())
+    assert f"## {content.KERNEL_VIEW_TITLE}" in report and MOPA in report
+    # no kernels per operator (any device but qemu-sme2): no kernel view
+    assert content.kernel_table(counted_measurement()) is None
+    assert content.KERNEL_VIEW_TITLE not in case_report(counted_measurement(), ())

@@ -31,9 +31,16 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
-from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
+from pytest_sme2.devices.base import (
+    Device,
+    DeviceInfo,
+    ExecutedKernel,
+    OptionGetter,
+    Sme2Evidence,
+    Variant,
+)
 from pytest_sme2.devices.host import isa_features, software_class, software_fingerprint
-from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
+from pytest_sme2.devices.kernel_log import kernel_evidence, logged_kernels, parse_kernel_log
 from pytest_sme2.devices.provision import SHIM_SOURCE
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError
 from pytest_sme2.runner.invoke import (
@@ -377,7 +384,7 @@ class AndroidDevice(Device):
         self._preload: PurePosixPath | None = None
         self._pushed: dict[tuple[str, int, int], PurePosixPath] = {}
         self._runs = itertools.count()
-        self._kernels: dict[tuple[Path, Variant], set[str]] = {}
+        self._kernels: dict[tuple[Path, Variant], dict[str, ExecutedKernel]] = {}
 
     spec_keys: ClassVar[Mapping[str, str]] = {
         "serial": "sme2_adb_serial",
@@ -656,8 +663,9 @@ class AndroidDevice(Device):
         finally:
             self._shell(f"rm -rf {shlex.quote(str(remote_dir))}", check=False)
         logcat = self._adb("logcat", "-d", "-s", "XNNPACK", check=False).stdout
-        kernels = {use.name for use in parse_kernel_log([*log.splitlines(), *logcat.splitlines()])}
-        self._kernels.setdefault((model, variant), set()).update(kernels)
+        key = (model, variant)
+        uses = parse_kernel_log([*log.splitlines(), *logcat.splitlines()])
+        self._kernels[key] = logged_kernels(self._kernels.get(key, {}), uses)
         return collect_result(workdir, plan, log, remote)
 
     def _kill_remote(self, pid_file: PurePosixPath) -> str:
@@ -710,7 +718,9 @@ class AndroidDevice(Device):
         kernels = self._kernels.get((model, variant))
         if not kernels:
             return None
-        return kernel_evidence(kernels, source="XNNPACK kernel log (logcat)")
+        return kernel_evidence(
+            kernels, source="XNNPACK kernel log (logcat)", executed=tuple(kernels.values())
+        )
 
 
 def _identity(path: Path | None) -> str:

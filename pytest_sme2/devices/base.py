@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.trace import Trace
 
@@ -95,6 +96,21 @@ def describe_class(machine_class: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
+class ExecutedKernel:
+    """One microkernel (or packing routine) a variant ran, as its evidence shows it: a row of
+    the reference kit's ``kernels.csv`` (:mod:`pytest_sme2.kernels`)."""
+
+    name: str
+    #: the kernel log's lines naming it (once per config initialisation); from qemu's exec log,
+    #: the operator events of the counted inference it executed in
+    count: int
+    #: the kernel log's word for it (``gemm``, ``igemm``, ``vbinary``…); "" from an exec log
+    kind: str = ""
+    #: its instructions in the counted inference, where the device counts them
+    instructions: int | None = None
+
+
+@dataclass(frozen=True)
 class Sme2Evidence:
     """What a device can show beyond operator names about one variant's execution.
 
@@ -114,6 +130,12 @@ class Sme2Evidence:
     #: the counted inference's ETDump run timed in instructions (1 "ns" = 1 instruction), where
     #: the device can split its count between events (:mod:`pytest_sme2.attribution`)
     instruction_trace: Trace | None = None
+    #: every microkernel and packing routine that ran (the kernel log's, or the counted
+    #: inference's executed ones), for ``kernels.csv``
+    kernels: tuple[ExecutedKernel, ...] = ()
+    #: per operator event of the counted inference, the functions that executed in it and their
+    #: instructions (qemu-sme2: :func:`pytest_sme2.attribution.operator_kernels`)
+    operator_kernels: tuple[OperatorKernels, ...] = ()
 
 
 OptionGetter = Callable[[str], Any]

@@ -19,10 +19,11 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pytest_sme2.devices.base import Sme2Evidence
+from pytest_sme2.attribution import OperatorKernels
+from pytest_sme2.devices.base import ExecutedKernel, Sme2Evidence
 from pytest_sme2.trace import Trace
 
 _USING = re.compile(r"Using (\w+) microkernel '(\w+)'")
@@ -33,6 +34,10 @@ _XNN_NAME = re.compile(
 # A dtype word of an XNNPACK name: f32, f16, bf16, pf32, qs8, qc8w, qp8, qd8, qb4w, x32, xx, ...
 _DTYPE_WORD = re.compile(r"^(?:[a-z]{0,3}\d+[a-z]*|xx)$")
 _TILE = re.compile(r"^\d+x\d+\w*$")
+# KleidiAI: kai_<run|kernel>_<op words>_<dtype words>[_<tile>][_<arch words>]
+_KAI_NAME = re.compile(r"^kai_(?:run|kernel)_(?P<rest>\w+)$")
+_KAI_ARCH = re.compile(r"_(?P<arch>(?:sme2|sme|neon)(?:_[a-z0-9]+)*)$")
+_KAI_LAYOUTS = frozenset({"kxn", "nxk"})
 
 KERNEL_CSV_COLUMNS: tuple[str, ...] = (
     "model_id",
@@ -118,13 +123,17 @@ class KernelUse:
 
 
 def describe_kernel(name: str, kind: str = "", count: int = 1) -> KernelUse:
-    """Split an XNNPACK microkernel name into its parts (other names keep only name and ISA).
+    """Split an XNNPACK microkernel or a KleidiAI routine name into its parts (other names keep
+    only name and ISA).
 
-    The dtypes are the leading words that look like dtypes (``f32``, ``pf16``, ``qc8w``), the
-    operator the next word, the variant the rest before ``ukernel``.
+    XNNPACK: the dtypes are the leading words that look like dtypes (``f32``, ``pf16``,
+    ``qc8w``), the operator the next word, the variant the rest before ``ukernel``. KleidiAI
+    (:func:`_describe_kleidiai`) names the same parts in another order.
     """
     dtype = xnn_op = variant = shape = arch = ""
-    if match := _XNN_NAME.match(name):
+    if match := _KAI_NAME.match(name):
+        dtype, xnn_op, variant, shape, arch = _describe_kleidiai(match["rest"])
+    elif match := _XNN_NAME.match(name):
         head = match["head"].split("_")
         at = next((i for i, word in enumerate(head) if not _DTYPE_WORD.match(word)), len(head))
         dtype, op_and_variant = "_".join(head[:at]), head[at:]
@@ -148,6 +157,31 @@ def describe_kernel(name: str, kind: str = "", count: int = 1) -> KernelUse:
     )
 
 
+def _describe_kleidiai(rest: str) -> tuple[str, str, str, str, str]:
+    """(dtype, op, variant, shape, arch) of a KleidiAI name less its ``kai_run_``/``kai_kernel_``.
+
+    ``matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa``: op ``matmul``, variant
+    ``clamp``, dtypes (output, LHS, RHS) ``f32_qai8dxp1vlx4_qsi8cxp4vlx4``, tile ``1vlx4vl``,
+    arch ``sme2_mopa``. Packing, ``lhs_imatmul_pack_x32p2vlx1_x32p_sme`` or
+    ``rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme``: op the words up to ``pack``, variant the
+    layout (``kxn``/``nxk``), then dtypes and arch.
+    """
+    arch = ""
+    if found := _KAI_ARCH.search(rest):
+        arch, rest = found["arch"], rest[: found.start()]
+    words = rest.split("_")
+    if "pack" in words:
+        at = words.index("pack") + 1
+        op, variant = "_".join(words[:at]), ""
+        words = words[at:]
+        if words[:1] and words[0] in _KAI_LAYOUTS:
+            variant, words = words[0], words[1:]
+    else:
+        op, variant, words = words[0], "_".join(words[1:2]), words[2:]
+    shape = words.pop() if words and words[-1][:1].isdigit() else ""
+    return "_".join(words), op, variant, shape, arch
+
+
 def parse_kernel_log(lines: Iterable[str]) -> tuple[KernelUse, ...]:
     """The microkernels named by ``Using <kind> microkernel '<name>'`` lines, first use first.
 
@@ -161,6 +195,20 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[KernelUse, ...]:
     return tuple(describe_kernel(name, kind, count) for (name, kind), count in counts.items())
 
 
+def logged_kernels(
+    known: Mapping[str, ExecutedKernel], uses: Iterable[KernelUse]
+) -> dict[str, ExecutedKernel]:
+    """``known`` kernels (by name) with one more process's log lines ``uses`` added: every
+    kernel any run logged, its count the most lines one process logged (the kit's count is
+    one run's log; a device runs a case in several processes)."""
+    merged = dict(known)
+    for use in uses:
+        before = merged.get(use.name)
+        if before is None or use.count > before.count:
+            merged[use.name] = ExecutedKernel(use.name, use.count, kind=use.kind)
+    return merged
+
+
 def kernel_evidence(
     kernels: Iterable[str],
     *,
@@ -168,6 +216,8 @@ def kernel_evidence(
     instructions: int | None = None,
     sme_instructions: int | None = None,
     instruction_trace: Trace | None = None,
+    executed: tuple[ExecutedKernel, ...] = (),
+    operator_kernels: tuple[OperatorKernels, ...] = (),
 ) -> Sme2Evidence:
     """Evidence from kernel names that ran: the SME2 ones, and the SME1-only compute ones (sorted).
 
@@ -186,4 +236,6 @@ def kernel_evidence(
         ),
         source=source,
         instruction_trace=instruction_trace,
+        kernels=executed,
+        operator_kernels=operator_kernels,
     )

@@ -21,9 +21,16 @@ from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.devices.android import RUNNER_SPEC_KEYS, add_runner_options
-from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
+from pytest_sme2.devices.base import (
+    Device,
+    DeviceInfo,
+    ExecutedKernel,
+    OptionGetter,
+    Sme2Evidence,
+    Variant,
+)
 from pytest_sme2.devices.host import software_class, software_fingerprint
-from pytest_sme2.devices.kernel_log import kernel_evidence, parse_kernel_log
+from pytest_sme2.devices.kernel_log import kernel_evidence, logged_kernels, parse_kernel_log
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, RunPlan, RunResult, run_runner, run_step
@@ -118,7 +125,7 @@ class MacDevice(Device):
         self._facts: MacFacts | None = None
         self._runners: dict[Variant, Path] = {}
         self._shim: Path | None = None
-        self._kernels: dict[tuple[Path, Variant], set[str]] = {}
+        self._kernels: dict[tuple[Path, Variant], dict[str, ExecutedKernel]] = {}
 
     spec_keys: ClassVar[Mapping[str, str]] = RUNNER_SPEC_KEYS
 
@@ -196,8 +203,9 @@ class MacDevice(Device):
             raise RunnerError(f"the mac device cannot run {variant} (its CPU has no SME2)")
         env = variant_environment(variant, self._shim)  # no shim with a runner pair
         result = run_runner(runner, model, workdir, plan, inputs=inputs, env=env)
-        kernels = {use.name for use in parse_kernel_log(result.log.splitlines())}
-        self._kernels.setdefault((model, variant), set()).update(kernels)
+        key = (model, variant)
+        uses = parse_kernel_log(result.log.splitlines())
+        self._kernels[key] = logged_kernels(self._kernels.get(key, {}), uses)
         return result
 
     def evidence(
@@ -214,7 +222,9 @@ class MacDevice(Device):
         kernels = self._kernels.get((model, variant))
         if not kernels:
             return None
-        return kernel_evidence(kernels, source="XNNPACK kernel log")
+        return kernel_evidence(
+            kernels, source="XNNPACK kernel log", executed=tuple(kernels.values())
+        )
 
 
 #: Compiling the dylib or the probe (one small C file each), and running the probe (at once).

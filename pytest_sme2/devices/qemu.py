@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pytest_sme2.attribution import instruction_trace
+from pytest_sme2.attribution import instruction_trace, operator_kernels
 from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.devices.host import cpu_model, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence
@@ -28,6 +28,7 @@ from pytest_sme2.devices.provision import (
 )
 from pytest_sme2.devices.qemu_log import EXECUTE_SYMBOL, InstructionCount, count_calls
 from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.kernels import kernels_of_operators
 from pytest_sme2.runner.build import build_runner, executorch_version
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
 from pytest_sme2.trace import read_etdump
@@ -220,8 +221,13 @@ class QemuSme2Device(Device):
             )
         assert result.etdump is not None, "a traced run always writes an ETDump"
         inference = calls[-1]
-        counted = instruction_trace(
-            read_etdump(result.etdump), len(calls) - 1, inference.clock_reads
+        trace = read_etdump(result.etdump)
+        counted = instruction_trace(trace, len(calls) - 1, inference.clock_reads)
+        operators = operator_kernels(
+            trace.runs[len(calls) - 1],
+            inference.clock_reads,
+            inference.interval_functions,
+            result.etdump,
         )
         return kernel_evidence(
             executed_kernels(inference),
@@ -229,6 +235,8 @@ class QemuSme2Device(Device):
             instructions=counted.runs[0].e2e_ns,
             sme_instructions=inference.sme,
             instruction_trace=counted,
+            executed=kernels_of_operators(operators),
+            operator_kernels=operators,
         )
 
 

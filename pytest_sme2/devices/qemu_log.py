@@ -55,6 +55,22 @@ UNMAPPED = ""
 """``InstructionCount.libraries`` key of code not mapped from a file by the guest's own ``mmap``
 (the main executable and the dynamic loader, which qemu itself loads)."""
 
+
+def unnamed_code(library: str) -> str:
+    """The ``interval_functions`` key of code no symbol names, in ``library`` (``[libc.so.6]``;
+    ``[main]`` for :data:`UNMAPPED` code qemu has no name for).
+
+    Why: the wheels' libraries are stripped to their exported symbols, so XNNPACK's hidden
+    microkernels have no name; counted under their library they keep every interval's
+    functions summing exactly to its instructions."""
+    return f"[{library or 'main'}]"
+
+
+def is_unnamed_code(function: str) -> bool:
+    """Whether an ``interval_functions`` key is :func:`unnamed_code` rather than a symbol."""
+    return function.startswith("[") and function.endswith("]")
+
+
 _OPENAT = re.compile(rb'^\d+ openat\(\w+,"((?:[^"\\]|\\.)*)",[^)]*\) = (\d+)$')
 _CLOSE = re.compile(rb"^\d+ close\((\d+)\) = 0$")
 _CLOCK = re.compile(rb"^\d+ clock_gettime\(")
@@ -98,6 +114,10 @@ class InstructionCount:
     #: every clock read of a call counted by :func:`count_calls`, in order (empty otherwise):
     #: what splits the call's count between its ETDump events (:mod:`pytest_sme2.attribution`)
     clock_reads: tuple[ClockRead, ...] = ()
+    #: per clock read, the instructions per function executed since the read before it (the
+    #: first: since the call's entry), code without a symbol under :func:`unnamed_code`: each
+    #: sums exactly to the read's ``instructions`` less the previous read's
+    interval_functions: tuple[Mapping[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,19 +235,25 @@ class _Call:
         self.counted = _Segment()
         self.tail = _Segment()
         self.reads: list[ClockRead] = []
+        self.intervals: list[Counter[int]] = []  # per read: instructions per pc since the last
 
     def clock_read(self, blocks: Mapping[int, _Block], ns: int | None) -> None:
         self.tail.fold(blocks)
         self.counted.absorb(self.tail)
+        # the folded tail is the interval's tally: kept, not copied, so the pass costs no more
+        self.intervals.append(self.tail.insns)
         self.tail = _Segment()
         self.reads.append(ClockRead(ns, self.counted.instructions))
 
-    def end(self, blocks: Mapping[int, _Block]) -> tuple[_Segment, tuple[ClockRead, ...]]:
-        """The call's counted segment and its clock reads."""
+    def end(self, blocks: Mapping[int, _Block]) -> _Counted:
+        """The call's counted segment, its clock reads and their intervals' tallies."""
         self.tail.fold(blocks)
-        if self.counted.executions == 0:
-            return self.tail, tuple(self.reads)
-        return self.counted, tuple(self.reads)
+        counted = self.tail if self.counted.executions == 0 else self.counted
+        return counted, tuple(self.reads), tuple(self.intervals)
+
+
+#: a counted call: its tally, its clock reads, and per read the tally since the previous one
+_Counted = tuple[_Segment, tuple[ClockRead, ...], tuple[Counter[int], ...]]
 
 
 def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> InstructionCount:
@@ -277,7 +303,7 @@ def _stream(
     call ends the calls (see :func:`count_calls`)."""
     blocks: dict[int, _Block] = {}
     whole = _Segment()
-    calls: list[tuple[_Segment, tuple[ClockRead, ...]]] = []
+    calls: list[_Counted] = []
     call: _Call | None = None
     segment: _Segment | None = None if marker else whole  # where Trace lines go; None: nowhere
     fds: dict[int, str] = {}
@@ -346,13 +372,13 @@ def _stream(
         calls.append(call.end(blocks))
     else:
         whole.fold(blocks)
-        calls.append((whole, ()))
-    if sum(segment.executions for segment, _ in calls) == 0:
+        calls.append((whole, (), ()))
+    if sum(segment.executions for segment, _, _ in calls) == 0:
         raise TraceError(
             log_path, f"no executed blocks in the qemu log: run qemu with -d {QEMU_LOG_FLAGS}"
         )
     ordered = sorted(mappings.values(), key=lambda m: m.start)
-    return [_attribute(segment, reads, blocks, ordered, tables) for segment, reads in calls]
+    return [_attribute(call, blocks, ordered, tables) for call in calls]
 
 
 def _drain(handle: BinaryIO) -> None:
@@ -364,18 +390,20 @@ def _drain(handle: BinaryIO) -> None:
 
 
 def _attribute(
-    tally: _Segment,
-    reads: tuple[ClockRead, ...],
+    call: _Counted,
     blocks: Mapping[int, _Block],
     mappings: list[_Mapping],
     symbol_tables: list[_Symbols],
 ) -> InstructionCount:
-    """Sum the per-pc tallies into functions and libraries."""
+    """Sum the per-pc tallies into functions and libraries (and each interval's into functions;
+    every pc is looked up once)."""
+    tally, reads, intervals = call
     tables = {table.name: table for table in symbol_tables}
     starts = [m.start for m in mappings]
     functions: Counter[str] = Counter()
     sme_functions: Counter[str] = Counter()
     libraries: Counter[str] = Counter()
+    owner: dict[int, str] = {}  # pc -> its function, else its library's unnamed code
     for pc, insns in tally.insns.items():
         i = bisect.bisect_right(starts, pc) - 1
         mapping = mappings[i] if i >= 0 and pc < mappings[i].end else None
@@ -386,10 +414,17 @@ def _attribute(
             table = tables.get(library)
             function = table.lookup(pc - mapping.start + mapping.offset) if table else None
         libraries[library] += insns
+        owner[pc] = function if function is not None else unnamed_code(library)
         if function is not None:
             functions[function] += insns
             if pc in tally.sme:
                 sme_functions[function] += tally.sme[pc]
+    per_interval = []
+    for interval in intervals:
+        named: Counter[str] = Counter()
+        for pc, insns in interval.items():
+            named[owner[pc]] += insns
+        per_interval.append(dict(named.most_common()))
     return InstructionCount(
         total=sum(tally.insns.values()),
         sme=sum(tally.sme.values()),
@@ -398,4 +433,5 @@ def _attribute(
         libraries=dict(libraries.most_common()),
         blocks=tally.executions,
         clock_reads=reads,
+        interval_functions=tuple(per_interval),
     )

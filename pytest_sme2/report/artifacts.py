@@ -22,7 +22,10 @@ tools read it unchanged (docs: kit-interop.md):
     same rows in millions of instructions (``total_minstr``, ``avg_minstr``); named so no kit glob
     (``*_ops_stats.csv``, ``*_timeline.csv``) takes it for time;
   * ``<prefix>_trace.json`` — Chrome Trace Event Format for Perfetto;
-  * (the kernels this variant executed, ``kernels.csv``, go here too);
+  * ``kernels.csv`` — where the device shows kernels (qemu's exec log, a Debug runner's kernel
+    log): one row per microkernel with the kit's columns
+    (:func:`pytest_sme2.kernels.kernels_frame`), the file the kit's ``generate_kernel_view.py``
+    is pointed at;
 * ``sme2_analysis_summary.json``, ``sme2_report.md`` and the chart PNGs — ours, under names the
   kit's tools never write (they write ``analysis_summary.json`` and ``report.md`` into the run
   directory, and the three kit-named CSVs beside each ETDump: those hold what the kit's
@@ -75,6 +78,7 @@ from pytest_sme2.cache import write_atomic
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Variant, device_file_name
 from pytest_sme2.gates import Verdict
+from pytest_sme2.kernels import kernels_frame
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.report.chrome_trace import write_chrome_trace
 from pytest_sme2.report.content import ordered_variants
@@ -108,6 +112,8 @@ OPS_STATS_COLUMNS = (
 )
 #: the kit's run-level files (its tools read these names)
 MANIFEST_NAME = "manifest.json"
+KERNELS_NAME = "kernels.csv"
+"""Each experiment folder's kernels, the file name the kit's kernel tools use."""
 METRICS_NAME = "metrics.json"
 #: ours: the kit's tools write ``analysis_summary.json`` and ``report.md`` into the run directory
 SUMMARY_NAME = "sme2_analysis_summary.json"
@@ -221,6 +227,7 @@ class VariantFiles:
     chrome_trace: Path
     #: where the device counts instructions: the operators in millions of instructions
     instructions_ops: Path | None
+    kernels: Path
 
 
 @dataclass(frozen=True)
@@ -254,6 +261,7 @@ class TestArtifacts:
                 (f"{variant} all-runs timeline", files.timeline_all),
                 (f"{variant} run0 timeline", files.timeline_run0),
                 (f"{variant} ops stats", files.ops_stats),
+                (f"{variant} kernels", files.kernels),
             ]
             if files.instructions_ops is not None:
                 links.append((f"{variant} ops stats (instructions)", files.instructions_ops))
@@ -502,7 +510,12 @@ def _write_variant(
         ops_stats=folder / f"{prefix}_exec_ops_stats.csv",
         chrome_trace=folder / f"{prefix}_trace.json",
         instructions_ops=folder / f"{prefix}_instructions_ops.csv" if counted else None,
+        kernels=folder / KERNELS_NAME,
     )
+    # where the device shows kernels: a kernel log that named some, or an exec log counted per
+    # operator (its list may be empty: no function that ran has a kernel's name)
+    if vm.evidence is not None and (vm.evidence.kernels or vm.evidence.operator_kernels):
+        _write_csv(f.kernels, kernels_frame(prefix, vm.evidence.kernels))
     if f.instructions_ops is not None:
         _write_csv(f.instructions_ops, ops_stats_frame(vm.profile, prefix))
     if not vm.etdump.is_file():
@@ -528,7 +541,6 @@ def _write_variant(
         title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
         classifier=classifier,
     )
-    # the kernels this variant executed (kernels.csv, the kit's columns) are written here
     return f
 
 

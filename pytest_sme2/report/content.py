@@ -16,6 +16,7 @@ from pytest_sme2.analysis import OTHER, Profile
 from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
+from pytest_sme2.kernels import ROLES, kernel_role, kernels_by_kind
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
@@ -359,6 +360,76 @@ def operator_table(m: Measurement, variant: Variant, operators: Sequence | None 
         other_variant = Variant.OFF if variant is Variant.ON else Variant.ON
         headers += [f"{other_variant} {u}/run", off_on_label(m)]
     return Table(tuple(headers), tuple(rows))
+
+
+#: operators the kernel view shows (the headline variant's largest), and kernels per operator
+KERNEL_VIEW_OPERATORS = 5
+KERNEL_VIEW_KERNELS = 4
+KERNEL_VIEW_TITLE = "Kernels of the top operators (share of each operator's instructions)"
+
+
+def kernel_table(m: Measurement) -> Table | None:
+    """The kernel view: for the top operators (of the headline variant, matched across
+    variants by ``OpName.unpacked_key``), the functions that executed in them with their share of
+    the operator's instructions, SME2-off beside SME2-on ("—": it did not run there); a first
+    row per operator splits it by role (:data:`pytest_sme2.kernels.ROLES`). None where no
+    variant has kernels per operator (only qemu-sme2 counts them)."""
+    kinds: dict[Variant, dict[str, dict[str, int]]] = {}
+    for variant in ordered_variants(m):
+        evidence = m.variants[variant].evidence
+        if evidence is not None and evidence.operator_kernels:
+            kinds[variant] = {
+                parse_op_name(kind).unpacked_key: functions
+                for kind, functions in kernels_by_kind(evidence.operator_kernels).items()
+            }
+    if not kinds:
+        return None
+    shown = list(kinds)
+    rows = []
+    head = m.variants[m.headline].profile
+    for op in head.top_operators(KERNEL_VIEW_OPERATORS):
+        key = parse_op_name(op.name).unpacked_key
+        per_variant = [kinds[v].get(key, {}) for v in shown]
+        if not any(per_variant):
+            continue
+        rows.append(
+            (
+                op.name,
+                " · ".join(ROLES),
+                "",
+                *(
+                    " · ".join(
+                        _share_of(f, [n for n in f if kernel_role(n) == role]) for role in ROLES
+                    )
+                    if f
+                    else "—"
+                    for f in per_variant
+                ),
+            )
+        )
+        # each variant's largest functions, largest first
+        ranked: dict[str, float] = {}
+        for functions in per_variant:
+            total = sum(functions.values())
+            for name, count in list(functions.items())[:KERNEL_VIEW_KERNELS]:
+                ranked[name] = max(ranked.get(name, 0.0), count / total)
+        for name in sorted(ranked, key=lambda n: -ranked[n]):
+            rows.append(
+                (
+                    "",
+                    name,
+                    kernel_role(name),
+                    *(_share_of(f, [name]) if name in f else "—" for f in per_variant),
+                )
+            )
+    headers = ("operator", "kernel", "role", *(f"{v} share of operator" for v in shown))
+    return Table(headers, tuple(rows))
+
+
+def _share_of(functions: Mapping[str, int], names: Sequence[str]) -> str:
+    """``names``' part of all ``functions``' instructions, "—" for an operator without them."""
+    total = sum(functions.values())
+    return pct(sum(functions.get(n, 0) for n in names) / total) if total else "—"
 
 
 def bottlenecks(m: Measurement, variant: Variant) -> tuple:

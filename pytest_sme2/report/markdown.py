@@ -107,6 +107,9 @@ def case_report(
         )
     )
     parts.append(_section("SME2 kernel evidence", _bullets(c.evidence_lines(m))))
+    kernels = c.kernel_table(m)
+    if kernels is not None:
+        parts.append(_section(c.KERNEL_VIEW_TITLE, kernels.markdown()))
     parts.append(
         _section(
             "Gate verdicts",

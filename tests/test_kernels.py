@@ -1,0 +1,162 @@
+"""Kernel names → parts, role and category, on the symbols of the real aarch64 XNNPACK library in
+the executorch wheel the qemu-sme2 device runs (listed with the cross toolchain's ``nm``); and
+the per-kind kernel sets and ``kernels.csv`` made from them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pytest_sme2.attribution import OperatorKernels
+from pytest_sme2.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
+from pytest_sme2.devices.base import ExecutedKernel
+from pytest_sme2.devices.kernel_log import KERNEL_CSV_COLUMNS, Isa, describe_kernel, kernel_isa
+from pytest_sme2.devices.provision import QemuToolchain, provision_qemu
+from pytest_sme2.kernels import (
+    COMPUTE,
+    KERNELS_CSV_COLUMNS,
+    OTHER_ROLE,
+    PACKING,
+    kernel_category,
+    kernel_role,
+    kernels_by_kind,
+    kernels_frame,
+    sme2_kernels_by_kind,
+)
+
+GETTERS = ("_get_mr", "_get_nr")
+
+
+@pytest.fixture(scope="module")
+def xnnpack_symbols() -> list[str]:
+    """The function symbols of the wheel's ``libexecutorch_backend_xnnpack.so``."""
+    toolchain: QemuToolchain = provision_qemu(log=lambda _: None)
+    library = toolchain.executorch_dir / "lib" / "libexecutorch_backend_xnnpack.so"
+    nm = str(toolchain.cc).removesuffix("gcc") + "nm"
+    listed = subprocess.run(
+        [nm, "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    )
+    return [line.split()[-1] for line in listed.stdout.splitlines() if " T " in line]
+
+
+def test_every_xnnpack_microkernel_of_the_wheel_splits_into_the_kits_fields(
+    xnnpack_symbols: list[str],
+) -> None:
+    # the getters name the kernel they belong to: ``<kernel>_get_mr``
+    names = {name.removesuffix(GETTERS[0]).removesuffix(GETTERS[1]) for name in xnnpack_symbols}
+    kernels = sorted(n for n in names if n.startswith("xnn_") and "_ukernel_" in n)
+    assert len(kernels) >= 40
+    for name in kernels:
+        kernel = describe_kernel(name)
+        assert kernel.dtype and kernel.xnn_op and kernel.arch_chain, name
+        assert (
+            name
+            == "_".join(
+                filter(None, ("xnn", kernel.dtype, kernel.xnn_op, kernel.variant, "ukernel"))
+            )
+            + (f"_{kernel.ukernel_shape}" if kernel.ukernel_shape else "")
+            + f"__{kernel.arch_chain}"
+        )
+        assert (kernel.isa is Isa.SME2) == kernel.arch_chain.startswith("neonsme2"), name
+        assert kernel_role(name) == COMPUTE, name
+    sme2 = [n for n in kernels if kernel_isa(n) is Isa.SME2]
+    assert describe_kernel("xnn_pqs8_qc8w_igemm_minmax_fp32_ukernel_32x32c4__neonsme2") in {
+        describe_kernel(n) for n in sme2
+    }
+    igemm = describe_kernel("xnn_pqs8_qc8w_igemm_minmax_fp32_ukernel_32x32c4__neonsme2")
+    assert (igemm.dtype, igemm.xnn_op, igemm.variant, igemm.ukernel_shape) == (
+        "pqs8_qc8w",
+        "igemm",
+        "minmax_fp32",
+        "32x32c4",
+    )
+
+
+def test_kleidiai_routines_of_the_wheel_are_packing_or_compute_by_name(
+    xnnpack_symbols: list[str],
+) -> None:
+    runs = [n for n in xnnpack_symbols if n.startswith(("kai_run_", "kai_kernel_"))]
+    packs = [n for n in runs if "_pack_" in n]
+    matmuls = [n for n in runs if "_matmul_" in n and "_pack_" not in n]
+    assert len(packs) >= 20 and len(matmuls) >= 20
+    assert {kernel_role(n) for n in packs} == {PACKING}
+    assert {kernel_role(n) for n in matmuls} == {COMPUTE}
+    assert {kernel_category(n) for n in packs} == {DATA_MOVEMENT}
+    for name in runs:
+        kernel = describe_kernel(name)
+        assert kernel.xnn_op and kernel.dtype, name
+        prefix = "kai_run_" if name.startswith("kai_run_") else "kai_kernel_"
+        parts = (kernel.xnn_op, kernel.variant, kernel.dtype, kernel.ukernel_shape)
+        assert name == prefix + "_".join(filter(None, (*parts, kernel.arch_chain))), name
+        assert kernel.has_sme2 == kernel.arch_chain.startswith("sme2"), name
+    assert {kernel_role(n) for n in xnnpack_symbols if n.startswith("kai_get_")} <= {
+        OTHER_ROLE,
+        PACKING,  # getters of packing routines still say "pack"
+    }
+    # the SME2 outer-product matmuls are SME2; the LHS packing they use is named SME
+    assert kernel_isa("kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa") is (
+        Isa.SME2
+    )
+    assert "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa" in matmuls
+
+
+@pytest.mark.parametrize(
+    ("name", "category"),
+    [
+        ("xnn_pf32_igemm_minmax_ukernel_32x32__neonsme2", CONVOLUTION),
+        ("xnn_pf32_gemm_minmax_ukernel_1x32__neonsme2", GEMM),
+        ("xnn_f16_gemm_minmax_ukernel_6x16__neonfp16arith_ld64", GEMM),
+        ("xnn_f32_vexp_ukernel__neon_rational_3_2_div_u12", ELEMENTWISE),
+        ("xnn_f32_vcopysign_ukernel__neon_u12", ELEMENTWISE),
+        ("xnn_f32_spmm_minmax_ukernel_8x4__scalar", CONVOLUTION),
+        ("kai_kernel_lhs_imatmul_pack_x32p2vlx1_x32p_sme", DATA_MOVEMENT),
+        ("kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa", GEMM),
+        ("[libexecutorch_backend_xnnpack.so]", "Other"),
+    ],
+)
+def test_category_follows_the_classifiers_conventions(
+    xnnpack_symbols: list[str], name: str, category: str
+) -> None:
+    stripped = {n.removesuffix(GETTERS[0]).removesuffix(GETTERS[1]) for n in xnnpack_symbols}
+    assert name in stripped or name.startswith("[")  # names of the real library
+    assert kernel_category(name) == category
+
+
+PACK = "kai_run_lhs_imatmul_pack_x32p2vlx1_x32p_sme"
+MOPA = "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa"
+OPERATORS = (
+    OperatorKernels("Convolution (NHWC, PF32) IGEMM #1", 100, {PACK: 60, MOPA: 30, "[lib]": 10}),
+    OperatorKernels("Convolution (NHWC, PF32) IGEMM #2", 50, {MOPA: 40, PACK: 10}),
+    OperatorKernels("Transpose (ND, X32) #1", 7, {"[lib]": 7}),
+)
+
+
+def test_kinds_sum_their_events_functions_and_keep_their_sme2_kernels() -> None:
+    kinds = kernels_by_kind(OPERATORS)
+    assert kinds["Convolution (NHWC, PF32) IGEMM"] == {PACK: 70, MOPA: 70, "[lib]": 10}
+    assert sum(kinds["Convolution (NHWC, PF32) IGEMM"].values()) == 150
+    assert sme2_kernels_by_kind(OPERATORS) == {"Convolution (NHWC, PF32) IGEMM": (MOPA,)}
+
+
+def test_kernels_csv_has_the_kits_columns_and_its_0_1_flags() -> None:
+    frame = kernels_frame(
+        "toy_cnn_xnnpack_fp32",
+        (
+            ExecutedKernel(MOPA, count=2, instructions=70),
+            ExecutedKernel("xnn_f32_vadd_minmax_ukernel__neon_u8", count=3, kind="vbinary"),
+        ),
+    )
+    assert tuple(frame.columns) == KERNELS_CSV_COLUMNS
+    assert KERNELS_CSV_COLUMNS[: len(KERNEL_CSV_COLUMNS)] == KERNEL_CSV_COLUMNS
+    mopa, vadd = frame.to_dict("records")
+    assert (mopa["has_sme"], mopa["has_sme2"], mopa["category"], mopa["count"]) == (1, 1, GEMM, 2)
+    assert mopa["instructions"] == 70
+    assert (vadd["has_sme"], vadd["has_sme2"], vadd["category"]) == (0, 0, ELEMENTWISE)
+    assert (vadd["dtype"], vadd["xnn_op"], vadd["variant"], vadd["arch_chain"]) == (
+        "f32",
+        "vadd",
+        "minmax",
+        "neon_u8",
+    )
+    assert frame["instructions"].isna().tolist() == [False, True]
