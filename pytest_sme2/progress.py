@@ -22,6 +22,8 @@ Finished exports are remembered (:func:`take_finished`) for the session summary 
 
 from __future__ import annotations
 
+import io
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -187,6 +189,8 @@ def _write(text: str, *, final: bool) -> None:
     try:
         if sink.live:
             start = "\n" if sink.dirty else _ERASE
+            if not final:  # a line that wraps could not be rewritten in place
+                line = line[: _columns(sink.stream) - 1]
             sink.stream.write(start + line + ("\n" if final else ""))
             sink.dirty = False
         else:
@@ -194,6 +198,14 @@ def _write(text: str, *, final: bool) -> None:
         sink.stream.flush()
     except (OSError, ValueError):  # the terminal went away (a closed pipe): progress is optional
         configure(None)
+
+
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` writes to (80 when it cannot be told)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return 80
 
 
 def _start_ticker() -> None:
