@@ -537,6 +537,7 @@ def load_cached(spec: ModelSpec, dtype: str, *, cache_dir: Path | None = None) -
     For callers that want a program even when its numbers are off (to profile it anyway).
     """
     directory = artifact_dir(spec, dtype, cache_dir)
+    _BUILT.pop(spec, None)  # nothing to lower here
     if not (directory / MANIFEST_NAME).is_file():
         return None
     return _load(directory, spec.name, dtype)
