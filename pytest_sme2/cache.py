@@ -14,10 +14,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
+
+from pytest_sme2 import progress
 
 
 def cache_root() -> Path:
@@ -46,7 +49,7 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
     if path.is_dir():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with _locked(FileLock(str(path) + ".lock"), path.name):
         if path.is_dir():  # another process built it while we waited for the lock
             return path
         # Holding the lock, no one else is building this entry: a temporary directory of it is
@@ -61,6 +64,21 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+@contextmanager
+def _locked(lock: FileLock, name: str) -> Iterator[None]:
+    """Hold ``lock``; while another process holds it (an xdist worker exporting the same case),
+    say so as progress: a silent wait of a minute reads as a hang."""
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        with progress.task(f"wait for {name}: another process builds it", remember=False):
+            lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

@@ -19,7 +19,9 @@ concurrent pytest-xdist workers export once.
 
 Warnings and log records that torch, executorch and torchao raise about themselves during an
 export are silenced (a cold export of toy_cnn's four dtypes printed 40, none about the model);
-the model's own warnings pass through (:func:`_quiet_libraries`).
+the model's own warnings pass through (:func:`_quiet_libraries`). So do their log records below
+ERROR, the model's own kept (:func:`_quiet_log_records`). A build is a progress task
+(:mod:`pytest_sme2.progress`): its stages are said while they run and timed in the manifest.
 
 Dtypes (what the program takes is what a user of that precision feeds it):
 
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -56,7 +59,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -67,6 +70,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from pytest_sme2 import progress
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.models import ModelSpec
@@ -90,6 +94,9 @@ VERSIONED_PACKAGES: tuple[str, ...] = ("torch", "executorch", "torchao")
 #: Whose warnings and log records an export silences: theirs, about themselves (see
 #: :func:`_quiet_libraries`).
 QUIET_LIBRARIES: tuple[str, ...] = ("torch", "executorch", "torchao")
+#: Whose log records below ERROR an export drops (see :func:`_quiet_log_records`): those
+#: libraries', and the file locks' that keep concurrent exports apart.
+QUIET_LOGGERS: tuple[str, ...] = (*QUIET_LIBRARIES, "filelock")
 
 MANIFEST_NAME = "artifact.json"
 INPUTS_NAME = "inputs.tensors"
@@ -104,6 +111,7 @@ STAGES: tuple[str, ...] = (
     "lower",
     "to_executorch",
     "serialize",
+    "etrecord",
     "numerics",
 )
 
@@ -150,6 +158,11 @@ def artifact_key(spec: ModelSpec, dtype: str) -> str:
 
 _FINGERPRINTS: dict[ModelSpec, str] = {}
 """program_fingerprint's results in this process: a spec is built and traced once."""
+
+_BUILT: dict[ModelSpec, Any] = {}
+"""The model program_fingerprint built and hashed, until an export takes it (or finds its entry
+cached): a cold export lowers the very model its key hashed instead of calling the factory again
+— up to ~2 s for the examples that calibrate BatchNorm (``benchmarks/export_cost.py``)."""
 
 
 def program_fingerprint(spec: ModelSpec) -> str:
@@ -198,6 +211,7 @@ def _hash_program(spec: ModelSpec) -> str:
             kind, graph, extra = _trace(model, inputs[EXAMPLE_SEED])
     except Exception:  # the export fails the same way, at its own stage: say it there
         return f"unbuildable-{uuid.uuid4().hex}"
+    _BUILT[spec] = model
 
     lines = [f"trace {kind}", *_graph_lines(graph), *extra]
     for name, module in model.named_modules():
@@ -339,7 +353,8 @@ def _quiet_libraries() -> Iterator[None]:
     filter raises them then). Inside the block every warning is collected rather than filtered,
     so a caller's ``error`` filter cannot turn a library's deprecation into a failed export.
 
-    Log records below ERROR from those libraries' loggers are dropped for the block's duration.
+    Log records below ERROR from those libraries are dropped for the block's duration
+    (:func:`_quiet_log_records`).
     """
     kept: dict[tuple[Any, ...], tuple[warnings.WarningMessage, str | None]] = {}
 
@@ -361,7 +376,7 @@ def _quiet_libraries() -> Iterator[None]:
 
     loggers = [logging.getLogger(name) for name in QUIET_LIBRARIES]
     levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _quiet_log_records():
         warnings.simplefilter("always")
         warnings.showwarning = collect
         for logger in loggers:
@@ -375,6 +390,53 @@ def _quiet_libraries() -> Iterator[None]:
         warnings.warn_explicit(
             warning.message, warning.category, warning.filename, warning.lineno, module
         )
+
+
+class _LibraryRecords(logging.Filter):
+    """Drops log records below ERROR that :data:`QUIET_LOGGERS` log: on their own loggers
+    (``torch.__trace``, ``filelock``), or on the root logger from their files — executorch's
+    lowering calls ``logging.debug`` itself (its partitioner printed whole graph modules)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files = tuple(_package_dirs(QUIET_LOGGERS))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        if record.name.partition(".")[0] in QUIET_LOGGERS:
+            return False
+        return not (record.name == "root" and record.pathname.startswith(self.files))
+
+
+def _package_dirs(packages: Iterable[str]) -> Iterator[str]:
+    """The directories (with a trailing separator) of the installed ``packages``, unimported."""
+    for package in packages:
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            yield os.path.join(location, "")
+
+
+@contextmanager
+def _quiet_log_records() -> Iterator[None]:
+    """Drop the libraries' log records below ERROR (:class:`_LibraryRecords`) for the block.
+
+    A filter on every handler of the root logger, not a change of levels or of pytest's log
+    capture: a cold export under pytest's DEBUG capture put 444 lines of
+    ``DEBUG torch.__trace`` into a test's report, which a logger level cannot stop when the
+    logger sets its own level, and executorch logs on the root logger. The user's own records —
+    their loggers, and the root logger from their files — are kept. The handlers are those at the
+    block's start: pytest installs its capture handlers for a whole test phase.
+    """
+    handlers = list(logging.getLogger().handlers)
+    quiet = _LibraryRecords()
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)
 
 
 def _frames(frame: FrameType | None) -> Iterator[FrameType]:
@@ -423,21 +485,31 @@ def export_model(
     previous = _FAILURES.get((directory, check_numerics))
     if previous is not None:
         raise previous
+    key = directory.name.rsplit("-", 1)[-1]
     try:
-        key = directory.name.rsplit("-", 1)[-1]
+        with ExitStack() as work, _quiet_log_records():
+            running: progress.Task | None = None  # a task only when there is work to report
 
-        def build(out: Path) -> None:
-            with _quiet_libraries():
-                _build(spec, dtype, key, out)
+            def build(out: Path) -> None:
+                nonlocal running
+                running = work.enter_context(progress.task(f"export {spec.name}[{dtype}]"))
+                with _quiet_libraries():
+                    _build(spec, dtype, key, out, _Stages(spec.name, dtype, running))
 
-        cached_dir(directory, build)
-        artifact = _load(directory, spec.name, dtype)
-        if check_numerics:
-            if artifact.numerics is None:
-                artifact = _check_numerics(artifact)
-            assert artifact.numerics is not None
-            if not artifact.numerics.ok:
-                raise NumericsError(spec.name, dtype, "numerics", artifact.numerics.describe())
+            cached_dir(directory, build)
+            _BUILT.pop(spec, None)  # a warm hit: the model built for its key is not needed
+            artifact = _load(directory, spec.name, dtype)
+            if check_numerics:
+                if artifact.numerics is None:
+                    if running is None:  # exported by a process that did not check it
+                        running = work.enter_context(
+                            progress.task(f"numerics {spec.name}[{dtype}]")
+                        )
+                    running.stage("numerics")
+                    artifact = _check_numerics(artifact)
+                assert artifact.numerics is not None
+                if not artifact.numerics.ok:
+                    raise NumericsError(spec.name, dtype, "numerics", artifact.numerics.describe())
     except ExportError as err:
         _FAILURES[(directory, check_numerics)] = err
         raise
@@ -465,6 +537,7 @@ def load_cached(spec: ModelSpec, dtype: str, *, cache_dir: Path | None = None) -
     For callers that want a program even when its numbers are off (to profile it anyway).
     """
     directory = artifact_dir(spec, dtype, cache_dir)
+    _BUILT.pop(spec, None)  # nothing to lower here
     if not (directory / MANIFEST_NAME).is_file():
         return None
     return _load(directory, spec.name, dtype)
@@ -550,14 +623,17 @@ def _one_line(err: BaseException) -> str:
 
 
 class _Stages:
-    """Times export stages and turns any failure inside one into an ExportError naming it."""
+    """Times export stages, says each on the export's progress ``task``, and turns any failure
+    inside one into an ExportError naming it."""
 
-    def __init__(self, model: str, dtype: str) -> None:
-        self.model, self.dtype = model, dtype
+    def __init__(self, model: str, dtype: str, task: progress.Task | None = None) -> None:
+        self.model, self.dtype, self.task = model, dtype, task
         self.timings: dict[str, float] = {}
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        if self.task is not None:
+            self.task.stage(name)
         started = time.perf_counter()
         try:
             yield
@@ -570,14 +646,15 @@ class _Stages:
             self.timings[name] = round(self.timings.get(name, 0.0) + elapsed, 3)
 
 
-def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
+def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) -> None:
     """Export ``spec`` × ``dtype`` into the empty directory ``out`` (manifest last)."""
-    stages = _Stages(spec.name, dtype)
     with stages.stage("build model"):
         import torch
 
         with torch.no_grad():
-            model = spec.build()
+            model = _BUILT.pop(spec, None)
+            if model is None:  # keyed earlier, by an export of another dtype
+                model = spec.build()
             example = _tensors(spec.example_inputs(EXAMPLE_SEED), "inputs")
             if dtype == "fp16":
                 program_inputs = tuple(t.half() if t.is_floating_point() else t for t in example)
@@ -635,10 +712,11 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
     }
     with stages.stage("serialize"):
         (out / files["pte"]).write_bytes(program.buffer)
-        program.get_etrecord().save(str(out / files["etrecord"]))
         write_tensors(out / INPUTS_NAME, [t.numpy() for t in program_inputs])
         write_tensors(out / EXPECTED_OUTPUTS_NAME, [t.numpy() for t in expected])
         program_outputs = exported.graph.find_nodes(op="output")[0].args[0]
+    with stages.stage("etrecord"):
+        program.get_etrecord().save(str(out / files["etrecord"]))
 
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,

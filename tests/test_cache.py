@@ -95,3 +95,40 @@ def test_an_entry_s_stale_temporary_directories_are_swept_when_it_is_built(tmp_p
     other.mkdir()
     cached_dir(target, lambda directory: (directory / "done").write_text("ok"))
     assert not stale.exists() and other.is_dir() and (target / "done").is_file()
+
+
+def test_waiting_for_another_builder_is_said_and_not_counted_as_a_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Another process (here: a thread holding the entry's lock) builds the entry: the waiter
+    says it waits, then takes the entry that process built, and builds nothing itself."""
+    import io
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from pytest_sme2 import progress
+
+    monkeypatch.setattr(progress, "_SINK", None)
+    monkeypatch.setattr(progress, "_FINISHED", [])
+    sink = io.StringIO()
+    progress.configure(sink)
+    target = tmp_path / "entry"
+    holding = threading.Event()
+
+    def other_builder() -> None:
+        with FileLock(str(target) + ".lock"):
+            holding.set()
+            time.sleep(0.5)
+            target.mkdir()
+            (target / "built").write_text("by the other")
+
+    other = threading.Thread(target=other_builder)
+    other.start()
+    holding.wait()
+    assert cached_dir(target, lambda _: pytest.fail("built twice")) == target
+    assert (target / "built").read_text() == "by the other"
+    assert "wait for entry: another process builds it started" in sink.getvalue()
+    assert progress.take_finished() == []
+    other.join()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import os
 import subprocess
 import sys
 import warnings
@@ -24,7 +26,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("executorch")
+executorch = pytest.importorskip("executorch")
 
 from pytest_sme2 import export  # noqa: E402
 from pytest_sme2.export import artifact_key, export_model, program_fingerprint  # noqa: E402
@@ -320,6 +322,59 @@ def test_an_export_keeps_the_models_warnings_and_silences_the_libraries(
     }
     libraries = ("torch", "executorch", "torchao")
     assert not [r for r in caplog.records if r.name.partition(".")[0] in libraries]
+
+
+def _logging_model() -> Any:
+    """A tiny conv whose factory logs, on a logger of its own and on the root logger."""
+    logging.getLogger("user_model").info("the model's factory logs")
+    logging.info("the model's factory logs on the root logger")
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+
+
+def test_an_export_drops_the_libraries_log_records_and_keeps_the_users(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under DEBUG capture a cold export logged the libraries' debugging (executorch's lowering
+    on the root logger, the file locks, torch's trace logger): none of it reaches the capture,
+    the model's own records do, and capture itself stays on."""
+    spec = ModelSpec("logs", _logging_model, _image, "", ("fp32",))
+    with caplog.at_level(logging.DEBUG):
+        export_model(spec, "fp32", cache_dir=tmp_path)
+        handlers = logging.getLogger().handlers
+        assert not [f for h in handlers for f in h.filters if isinstance(f, export._LibraryRecords)]
+    libraries = [*torch.__path__, *executorch.__path__]
+    kept = [(r.name, r.getMessage()) for r in caplog.records]
+    assert kept == [
+        ("user_model", "the model's factory logs"),
+        ("root", "the model's factory logs on the root logger"),
+    ]
+    assert not [r for r in caplog.records if r.pathname.startswith(tuple(libraries))]
+
+
+@pytest.mark.parametrize(
+    ("name", "level", "pathname", "kept"),
+    [
+        ("torch.__trace", logging.DEBUG, "structured.py", False),
+        ("filelock", logging.DEBUG, "_api.py", False),
+        ("torchao", logging.WARNING, "__init__.py", False),
+        ("torch.export", logging.ERROR, "x.py", True),  # an error is worth seeing
+        ("user_model", logging.DEBUG, "/project/model.py", True),
+        ("root", logging.INFO, "/project/model.py", True),
+        ("torchvision_user", logging.DEBUG, "/project/x.py", True),
+    ],
+)
+def test_the_log_filter_judges_records_by_their_library(
+    name: str, level: int, pathname: str, kept: bool
+) -> None:
+    record = logging.LogRecord(name, level, pathname, 1, "message", None, None)
+    assert export._LibraryRecords().filter(record) is kept
+
+
+def test_the_log_filter_drops_root_records_from_library_files() -> None:
+    inside = os.path.join(next(iter(executorch.__path__)), "exir", "backend", "x.py")
+    record = logging.LogRecord("root", logging.DEBUG, inside, 1, "graph", None, None)
+    assert export._LibraryRecords().filter(record) is False
 
 
 # --- end to end: a user project's change fails the next run -------------------------------------

@@ -63,6 +63,16 @@ def report_tiny():
     return Tiny().eval()
 '''
 
+#: An inner session that measures little: the report is the subject, not the numbers.
+FEW_RUNS = (
+    "-p",
+    "no:cacheprovider",
+    "--sme2-runs=4",
+    "--sme2-rounds=2",
+    "--sme2-traced-runs=2",
+    "--sme2-warmup=1",
+)
+
 INNER_TEST = """
 def test_model(sme2_measurement, sme2_judge):
     sme2_judge(sme2_measurement)
@@ -122,6 +132,27 @@ def rendered_charts(dom: str) -> set[str]:
     return set(charts)
 
 
+def report_session(
+    pytester: pytest.Pytester, tmp_path: Path, conftest: str, *args: str
+) -> tuple[pytest.RunResult, Path]:
+    """An inner session of INNER_TEST with ``conftest``, recording baselines, writing its
+    artifacts under ``tmp_path`` and report.html: its result and the artifacts' directory."""
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_tiny=INNER_TEST)
+    artifacts = tmp_path / "artifacts"
+    result = pytester.runpytest_subprocess(
+        *FEW_RUNS,
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        "--sme2-update-baselines",
+        f"--sme2-artifacts={artifacts}",
+        "--html=report.html",
+        "--self-contained-html",
+        *args,
+        timeout=900,
+    )
+    return result, artifacts
+
+
 def chromium() -> str:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
@@ -134,24 +165,8 @@ def test_html_report_renders_in_headless_chromium(
 ):
     browser = chromium()
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(INNER_CONFTEST)
-    pytester.makepyfile(test_tiny=INNER_TEST)
-    artifacts = tmp_path / "artifacts"
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--sme2-runs=4",
-        "--sme2-rounds=2",
-        "--sme2-traced-runs=2",
-        "--sme2-warmup=1",
-        "--sme2-models=report_tiny",
-        "--sme2-dtypes=fp32",
-        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
-        "--sme2-update-baselines",
-        f"--sme2-artifacts={artifacts}",
-        "--html=report.html",
-        "--self-contained-html",
-        timeout=600,
+    result, artifacts = report_session(
+        pytester, tmp_path, INNER_CONFTEST, "--sme2-models=report_tiny", "--sme2-dtypes=fp32"
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"pytest-sme2 session report: {artifacts / 'report.md'}"])
@@ -232,3 +247,83 @@ def test_qemu_html_report_shows_instructions_not_emulated_time(
     ):
         assert text in dom, text
     assert "<h4>Latency" not in dom and "median ms" not in dom
+
+
+#: The tiny model, and a model whose factory fails: its export is an expected failure.
+BROKEN_CONFTEST = (
+    INNER_CONFTEST
+    + '''
+
+@register_model("report_broken", inputs=tiny_inputs, dtypes=("fp32",))
+def report_broken():
+    """Fails to build: an expected failure whose reason is one line."""
+    raise ValueError("this factory is broken on purpose")
+'''
+)
+
+
+def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_does(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Under xdist, from an empty export cache, with DEBUG log capture: the worker's progress
+    lines reach the session's output, the summary lists the exports' stages, and the report
+    shows the xfailed case's one-line reason — not the fixture's source, nor a library's logs."""
+    browser = chromium()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "runner").symlink_to(CACHE / "runner")  # built once per machine; exports cold
+    monkeypatch.setenv("SME2_CACHE_DIR", str(cache))
+    result, artifacts = report_session(
+        pytester,
+        tmp_path,
+        BROKEN_CONFTEST,
+        "-n",
+        "1",
+        "--log-level=DEBUG",
+        "--sme2-models=report_tiny,report_broken",
+    )
+    result.assert_outcomes(passed=1, xfailed=1)
+    reason = (
+        "export of report_broken[fp32] failed at build model: "
+        "ValueError: this factory is broken on purpose"
+    )
+
+    # Progress: the worker's timestamped lines, from the start of each export to its stages.
+    stamp = "[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"
+    result.stderr.fnmatch_lines(
+        [
+            f"[[]gw0[]] pytest-sme2 {stamp} export report_tiny[[]fp32[]] started",
+            f"[[]gw0[]] pytest-sme2 {stamp} export report_tiny[[]fp32[]] * s: build model *, "
+            "torch.export *, lower *, to_executorch *, serialize *, etrecord *, numerics *",
+        ]
+    )
+    result.stderr.fnmatch_lines(
+        [f"[[]gw0[]] pytest-sme2 {stamp} export report_broken[[]fp32[]] * s (failed): build*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-sme2 slowest exports and builds*",
+            "export *[[]fp32[]] * s: build model *",
+            "* in all, * s (summed over processes)",
+        ]
+    )
+
+    # report.md: the unmeasured case, its outcome and reason.
+    session = (artifacts / "report.md").read_text()
+    assert "## Not measured" in session
+    # (under xdist's loadgroup the node id ends in its group, @host)
+    case = r"test_tiny.py::test_model\[report_broken-fp32\]\S*"
+    row = rf"\| {case} \| xfailed \| {re.escape(reason)} \|"
+    assert re.search(row, session), session[session.index("## Not measured") :]
+
+    # The HTML report, as a browser shows it with every row open.
+    html = (pytester.path / "report.html").read_text()
+    dom = dump_dom(browser, pytester.path / "report.html", tmp_path / "chromium-profile")
+    logs = re.findall(r'<div class="log">(.*?)</div>\s*</div>', dom, flags=re.S)
+    assert any(f'<div class="sme2-reason">xfailed: {reason}</div>' in log for log in logs), logs
+    for page in (html, dom):
+        for fixture_source in ("def ", "@pytest.fixture", "sme2_case = Case("):
+            assert fixture_source not in page, fixture_source
+        for library_log in ("torch.__trace", "backend_api.py", "filelock:"):
+            assert library_log not in page, library_log
+    assert '<td class="col-sme2-model">report_broken</td>' in dom

@@ -116,3 +116,23 @@ def test_baseline_changes_are_listed_per_file_in_path_order():
         "baselines/host/vit-fp32.json:",
         "    sme2-off median latency 10.0 → 12.0 ms",
     ]
+
+
+def test_an_unmeasured_case_s_log_opens_on_its_reason():
+    from pytest_sme2.report.html import unmeasured_log
+
+    reason = "export of x[int8] failed at lower: RuntimeError: <no kernel>"
+    captured = "---- Captured log setup ----\nINFO user:model.py:3 built"
+    xfailed = unmeasured_log("xfailed", reason, reason, [reason + "\n", captured])
+    assert xfailed == [
+        '<div class="sme2-reason">xfailed: export of x[int8] failed at lower: '
+        "RuntimeError: &lt;no kernel&gt;</div>\n",
+        captured,
+    ]
+    traceback = "def fixture():\n>       raise OSError('disk')\nE       OSError: disk"
+    errored = unmeasured_log("error", "OSError: disk", traceback, ["escaped traceback", captured])
+    assert errored[0].startswith('<div class="sme2-reason">error: OSError: disk</div><details>')
+    assert "<summary>traceback</summary>def fixture():" in errored[0]
+    assert "&gt;       raise OSError(&#x27;disk&#x27;)" in errored[0]
+    assert errored[1:] == [captured]
+    assert unmeasured_log("failed", "why", "", []) == ['<div class="sme2-reason">failed: why</div>']

@@ -31,6 +31,7 @@ from pytest_sme2.keys import (
     SETTINGS_KEY,
     VERDICTS_KEY,
 )
+from pytest_sme2.progress import Finished
 
 if TYPE_CHECKING:
     from pytest_sme2.history import HistoryRecord
@@ -60,6 +61,34 @@ class ReportPlugin:
         self.history: list[HistoryRecord] | None = None
         self.history_page: Path | None = None
         self.history_problems: tuple[str, ...] = ()
+        # sme2 cases that ended without a measurement: (nodeid, outcome, one-line reason)
+        self.unmeasured: list[tuple[str, str, str]] = []
+        self.exports: list[Finished] = []  # long work finished in this session, any process
+        self._start_progress()
+
+    def _start_progress(self) -> None:
+        """Progress lines (``pytest_sme2.progress``) to a duplicate of this process's stderr,
+        taken now, while pytest captures nothing: a test's capture would swallow them. On an
+        xdist worker that is the controller's stderr, so its lines reach the same terminal or
+        log; plain lines there, as two workers cannot share one live line."""
+        from pytest_sme2 import progress
+
+        try:
+            stream = os.fdopen(os.dup(2), "w", buffering=1, errors="replace")
+        except OSError:  # no stderr at all (a daemon): the session runs without progress
+            return
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        progress.configure(
+            stream,
+            live=stream.isatty() and worker is None,
+            prefix=f"[{worker}] " if worker else "",
+        )
+
+        def stop() -> None:
+            progress.configure(None)
+            stream.close()
+
+        self.config.add_cleanup(stop)
 
     def _manifest_config(self, item: pytest.Item, threads: int) -> dict[str, Any]:
         """The settings that shaped this measurement, for manifest.json."""
@@ -88,7 +117,13 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        from pytest_sme2 import progress
+
         report = yield
+        finished = progress.take_finished()  # the exports this test's setup ran (prefetch)
+        if finished:
+            report.sme2_exports = [done.to_json() for done in finished]
+        self._explain_unmeasured(item, call, report)
         if report.when != "call" or MEASUREMENT_KEY not in item.stash:
             return report
         from pytest_sme2.report.artifacts import write_artifacts
@@ -142,6 +177,40 @@ class ReportPlugin:
             report.extras = [*getattr(report, "extras", []), extra]
         return report
 
+    def _explain_unmeasured(
+        self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+    ) -> None:
+        """An sme2 case that xfailed or failed before it was measured gets its one-line reason
+        (``report.sme2_reason``) for the HTML row and report.md, and its case's cells.
+
+        An export failure is an imperative xfail raised inside the ``sme2_artifact`` fixture:
+        pytest keeps that fixture's source as the report's traceback, which pytest-html showed
+        as the row's log instead of the reason. The reason *is* the whole story there (the
+        export names its stage and error), so it replaces the traceback. A real error keeps its
+        traceback, collapsed under the reason (:meth:`pytest_html_results_table_html`).
+        """
+        callspec = getattr(item, "callspec", None)
+        case = callspec.params.get("sme2_case") if callspec is not None else None
+        if case is None or MEASUREMENT_KEY in item.stash:
+            return
+        if hasattr(report, "wasxfail"):
+            outcome, reason = "xfailed", report.wasxfail
+            if call.excinfo is not None and call.excinfo.errisinstance(pytest.xfail.Exception):
+                report.longrepr = reason  # pytest.xfail(reason): its traceback is ours
+        elif report.failed:
+            outcome = "error" if report.when != "call" else "failed"
+            crash = getattr(report.longrepr, "reprcrash", None)
+            reason = crash.message if crash is not None else report.longreprtext.strip()
+            reason = reason.splitlines()[0] if reason else outcome
+        else:
+            return
+        report.sme2_reason = (outcome, reason)
+        report.sme2_cells = {
+            "sme2-device": case.device.id,
+            "sme2-model": case.model.name,
+            "sme2-dtype": case.dtype,
+        }
+
     def _history_dir(self) -> Path | None:
         directory = self.config.getoption("sme2_history", None) or self.config.getini(
             "sme2_history"
@@ -166,6 +235,13 @@ class ReportPlugin:
         return trend_html(series, f"{self._href(directory / PAGE_NAME)}#{series.anchor}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from pytest_sme2 import progress
+
+        progress.terminal_written()  # the terminal reporter writes this report's letter
+        self.exports += [Finished.from_json(d) for d in getattr(report, "sme2_exports", ())]
+        unmeasured = getattr(report, "sme2_reason", None)
+        if unmeasured:
+            self.unmeasured.append((report.nodeid, *unmeasured))
         if report.when != "call":
             return
         directory = getattr(report, "sme2_artifacts", None)
@@ -198,6 +274,18 @@ class ReportPlugin:
         for offset, (_, column) in enumerate(COLUMNS):
             value = html.escape(values.get(column, ""))
             cells.insert(2 + offset, f'<td class="col-{column}">{value}</td>')
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_html(self, report: pytest.TestReport, data: list[str]) -> None:
+        """An unmeasured sme2 case's log opens on its one-line reason; a real error's traceback
+        follows, collapsed (``data`` holds pytest-html's escaped log: traceback, then the
+        captured sections)."""
+        unmeasured = getattr(report, "sme2_reason", None)
+        if unmeasured:
+            from pytest_sme2.report.html import unmeasured_log
+
+            outcome, reason = unmeasured
+            data[:] = unmeasured_log(outcome, reason, report.longreprtext.strip(), data)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(
@@ -259,7 +347,7 @@ class ReportPlugin:
         root = next(iter(self.dirs.values())).parent.parent
         path = root / SESSION_REPORT_NAME
         try:
-            write_atomic(path, session_report(entries, base=root))
+            write_atomic(path, session_report(entries, base=root, unmeasured=self.unmeasured))
         except OSError as err:  # the session's verdicts stand; the missing report fails it
             self.session_report_error = (
                 f"pytest-sme2: cannot write the session report {path}: {err.strerror or err}"
@@ -271,8 +359,12 @@ class ReportPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_sme2.report.content import untimed_summary
-        from pytest_sme2.report.terminal import baseline_change_lines, summary_lines
+        from pytest_sme2.report.terminal import baseline_change_lines, slowest_lines, summary_lines
 
+        if self.exports:
+            terminalreporter.section("pytest-sme2 slowest exports and builds")
+            for line in slowest_lines(self.exports):
+                terminalreporter.write_line(line)
         if not self.summary_rows:
             return
         terminalreporter.section("pytest-sme2")

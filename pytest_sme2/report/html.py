@@ -128,3 +128,19 @@ def extra_html(
         parts.append(f"<h4>Artifacts</h4><ul>{items}</ul>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def unmeasured_log(outcome: str, reason: str, traceback: str, log: Sequence[str]) -> list[str]:
+    """pytest-html's log of a case that ended unmeasured, opening on its one-line reason.
+
+    ``log`` is pytest-html's: the escaped traceback (when there is one) first, then the captured
+    sections. A traceback that says more than the reason (a real error) stays, collapsed under
+    it; one that is the reason (an export's xfail) is not repeated.
+    """
+    head = f'<div class="sme2-reason">{html.escape(outcome)}: {html.escape(reason)}</div>'
+    if not traceback:
+        return [head, *log]
+    if traceback == reason:
+        return [head + "\n", *log[1:]]
+    collapsed = f"<details><summary>traceback</summary>{html.escape(traceback)}</details>\n"
+    return [head + collapsed, *log[1:]]

@@ -136,8 +136,15 @@ class SessionEntry:
     report_md: Path | None = None
 
 
-def session_report(entries: Sequence[SessionEntry], *, base: Path | None = None) -> str:
-    """One table row per test, then every test's report with its headings one level down.
+def session_report(
+    entries: Sequence[SessionEntry],
+    *,
+    base: Path | None = None,
+    unmeasured: Sequence[tuple[str, str, str]] = (),
+) -> str:
+    """One table row per test, the cases that ended unmeasured with their one-line reasons
+    (``unmeasured``: node id, outcome, reason — an export that failed is an xfail), then every
+    test's report with its headings one level down.
 
     ``base`` makes the links to per-test report.md files relative (the session report's folder).
     """
@@ -152,6 +159,11 @@ def session_report(entries: Sequence[SessionEntry], *, base: Path | None = None)
         f"{len(entries)} test(s), {failed} with failed gates.",
         table.markdown(),
     ]
+    if unmeasured:
+        parts.append(
+            "## Not measured\n\n"
+            + c.Table(("test", "outcome", "reason"), tuple(sorted(unmeasured))).markdown()
+        )
     fleet = c.fleet_table([e.measurement for e in entries])
     if fleet is not None:
         parts.append(

@@ -5,6 +5,7 @@ Columns: model, dtype, device, E2E median SME2-off / SME2-on (timing-only runs),
 measured: the picture after SME2) with its share, and the verdict with skipped gates counted.
 Below the table, each distinct reason a gate was skipped, once. Rows are built per test
 (``content.summary_row``) and carried on the test reports, so this works under pytest-xdist.
+The slowest exports and runner builds of the session, with seconds per stage, come first.
 Then, after ``--sme2-update-baselines`` or a missing baseline, every baseline file written and
 what changed in it, so the update can be reviewed before ``git diff baselines/``.
 """
@@ -12,6 +13,11 @@ what changed in it, so the update can be reviewed before ``git diff baselines/``
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from pytest_sme2.progress import Finished
+
+#: How many of the session's exports and runner builds the summary lists, slowest first.
+SLOWEST = 5
 
 
 def summary_lines(rows: Sequence[dict[str, str]], skipped: Sequence[str]) -> list[str]:
@@ -31,3 +37,12 @@ def baseline_change_lines(changes: Sequence[tuple[str, Sequence[str]]]) -> list[
         lines.append(f"{path}:")
         lines += [f"    {change}" for change in what]
     return lines
+
+
+def slowest_lines(finished: Sequence[Finished], limit: int = SLOWEST) -> list[str]:
+    """The ``limit`` slowest exports and builds of the session, with seconds per stage, and
+    their total: where a cold session's minutes went."""
+    ranked = sorted(finished, key=lambda done: done.seconds, reverse=True)
+    total = sum(done.seconds for done in finished)
+    lines = [done.describe() for done in ranked[:limit]]
+    return [*lines, f"{len(finished)} in all, {total:.1f} s (summed over processes)"]

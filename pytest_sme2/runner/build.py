@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+from pytest_sme2 import progress
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, run_step
@@ -211,20 +212,22 @@ def _build(out: Path, target: str, package: Path, source_dir: Path, entry: Path)
     build = [str(cmake), "--build", str(build_dir), "--parallel", "2"]
     log: list[str] = []
     start = time.perf_counter()
-    for stage, command, timeout_s in (
-        ("configure", configure, _CONFIGURE_TIMEOUT_S),
-        ("build", build, _BUILD_TIMEOUT_S),
-    ):
-        log.append("$ " + " ".join(command))
-        result = run_step(command, f"{stage} of the {target} runner", timeout_s=timeout_s)
-        log += [result.stdout, result.stderr]
-        if result.returncode != 0:
-            failed_log = entry.with_name(entry.name + ".failed.log")
-            write_atomic(failed_log, "\n".join(log))
-            raise RunnerError(
-                f"{stage} of the {target} runner failed (exit {result.returncode}): "
-                f"{_error_tail(result.stdout + result.stderr)}; full log: {failed_log}"
-            )
+    with progress.task(f"build {target} runner") as running:  # 1–3 minutes: say so
+        for stage, command, timeout_s in (
+            ("configure", configure, _CONFIGURE_TIMEOUT_S),
+            ("build", build, _BUILD_TIMEOUT_S),
+        ):
+            running.stage(stage)
+            log.append("$ " + " ".join(command))
+            result = run_step(command, f"{stage} of the {target} runner", timeout_s=timeout_s)
+            log += [result.stdout, result.stderr]
+            if result.returncode != 0:
+                failed_log = entry.with_name(entry.name + ".failed.log")
+                write_atomic(failed_log, "\n".join(log))
+                raise RunnerError(
+                    f"{stage} of the {target} runner failed (exit {result.returncode}): "
+                    f"{_error_tail(result.stdout + result.stderr)}; full log: {failed_log}"
+                )
     seconds = time.perf_counter() - start
     shutil.copy2(build_dir / BINARY_NAME, out / BINARY_NAME)
     shutil.rmtree(build_dir)

@@ -1,0 +1,110 @@
+"""Progress of long work: plain timestamped lines for logs, one live line for a terminal, and
+what each task cost. A real session's progress (a cold export, under xdist) is tested end to end
+in test_report_e2e.py."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+import pytest
+
+from pytest_sme2 import progress
+from pytest_sme2.progress import Finished
+from pytest_sme2.report.terminal import slowest_lines
+
+STAMP = r"\d\d:\d\d:\d\d"
+
+
+@pytest.fixture(autouse=True)
+def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's tasks and sink, apart from the progress of the session running it (its
+    summary must not list them; its lines must keep going where they went)."""
+    monkeypatch.setattr(progress, "_SINK", None)
+    monkeypatch.setattr(progress, "_FINISHED", [])
+
+
+@pytest.fixture
+def sink() -> io.StringIO:
+    return io.StringIO()
+
+
+def test_plain_lines_say_the_stage_every_heartbeat_and_the_cost_at_the_end(
+    sink: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.2)
+    progress.configure(sink, prefix="[gw1] ")
+    with progress.task("export tiny[int8]") as running:
+        running.stage("quantize")
+        time.sleep(0.3)
+        running.stage("lower")
+        time.sleep(0.75)
+    lines = sink.getvalue().splitlines()
+    assert re.fullmatch(rf"\[gw1\] pytest-sme2 {STAMP} export tiny\[int8\] started", lines[0])
+    beats = lines[1:-1]
+    # one line per heartbeat at most (the ticker wakes twice a second), each naming the stage
+    assert 2 <= len(beats) <= 4, lines
+    assert all(
+        re.search(r"export tiny\[int8\]: (quantize|lower) \d+ s \(\d+ s\)$", b) for b in beats
+    )
+    assert "lower" in beats[-1]
+    end = re.fullmatch(
+        rf"\[gw1\] pytest-sme2 {STAMP} export tiny\[int8\] (\S+) s: quantize (\S+), lower (\S+)",
+        lines[-1],
+    )
+    assert end, lines[-1]
+    total, quantize, lower = map(float, end.groups())
+    assert quantize >= 0.3 and lower >= 0.7 and total >= quantize + lower - 0.1
+    (done,) = progress.take_finished()
+    assert done.what == "export tiny[int8]" and not done.failed
+    assert [name for name, _ in done.stages] == ["quantize", "lower"]
+    assert progress.take_finished() == []
+
+
+def test_a_live_line_is_rewritten_in_place_and_ends_with_a_newline(sink: io.StringIO) -> None:
+    progress.configure(sink, live=True)
+    with progress.task("build host runner") as running:
+        running.stage("build")
+        time.sleep(progress.LIVE_TICK_S + 0.3)
+    text = sink.getvalue()
+    assert text.startswith("\npytest-sme2 ")  # the terminal's line held pytest's own text
+    rewrites = text.split("\r\x1b[K")
+    assert len(rewrites) >= 3  # the start, at least one tick, the end
+    assert "build host runner: build" in rewrites[1]
+    assert text.endswith("\n") and text.count("\n") == 2
+    assert re.search(r"build host runner \S+ s: build \S+\n$", text)
+    assert [done.what for done in progress.take_finished()] == ["build host runner"]
+
+
+def test_a_failed_task_is_said_and_remembered(sink: io.StringIO) -> None:
+    progress.configure(sink)
+    with pytest.raises(RuntimeError), progress.task("export broken[fp32]") as running:
+        running.stage("lower")
+        raise RuntimeError("boom")
+    (done,) = progress.take_finished()
+    assert done.failed
+    assert "export broken[fp32] " in sink.getvalue().splitlines()[-1]
+    assert "(failed): lower" in sink.getvalue().splitlines()[-1]
+
+
+def test_unconfigured_progress_writes_nothing_and_still_remembers() -> None:
+    progress.configure(None)
+    with progress.task("export quiet[fp32]") as running:
+        running.stage("lower")
+    (done,) = progress.take_finished()
+    assert done.what == "export quiet[fp32]"
+
+
+def test_finished_travels_as_json_and_the_summary_lists_the_slowest_first() -> None:
+    done = [
+        Finished("export a[fp32]", 2.0, (("lower", 1.5),)),
+        Finished("export b[int8]", 30.0, (("quantize", 9.0), ("lower", 20.0))),
+        Finished("build host runner", 60.0, (("configure", 5.0), ("build", 55.0)), failed=True),
+    ]
+    assert [Finished.from_json(d.to_json()) for d in done] == done
+    assert slowest_lines(done, limit=2) == [
+        "build host runner 60.0 s (failed): configure 5.0, build 55.0",
+        "export b[int8] 30.0 s: quantize 9.0, lower 20.0",
+        "3 in all, 92.0 s (summed over processes)",
+    ]
