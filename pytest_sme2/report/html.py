@@ -112,6 +112,9 @@ def extra_html(
     )
     parts.append("<h4>Delegated vs non-delegated</h4>" + c.delegation_table(m).html())
     parts.append("<h4>SME2 evidence</h4>" + _list(c.evidence_lines(m)))
+    numerics = c.numerics_table(m)
+    if numerics is not None:
+        parts.append("<h4>Numerics</h4>" + numerics.html())
     parts.append(
         "<h4>Gate verdicts</h4>"
         + (c.verdict_table(verdicts).html() if verdicts else "<p>No gate was judged.</p>")

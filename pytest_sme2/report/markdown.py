@@ -107,6 +107,9 @@ def case_report(
         )
     )
     parts.append(_section("SME2 kernel evidence", _bullets(c.evidence_lines(m))))
+    numerics = c.numerics_table(m)
+    if numerics is not None:
+        parts.append(_section("Numerics", numerics.markdown()))
     parts.append(
         _section(
             "Gate verdicts",
