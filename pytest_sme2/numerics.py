@@ -55,15 +55,33 @@ class Tolerance:
 
 #: The program error allowed per dtype: the program against the eager model it was lowered from
 #: (fp32: eager fp32; fp16: eager fp16; int8: the converted PT2E model), on the example inputs.
-#: Measured on the example models (models/) and four throwaway realistic architectures (a
-#: MobileNetV2-style inverted-residual net, a ResNet-18-style net, a ConvNeXt-style block stack,
-#: a 4-block ViT), see ``CALIBRATION`` below. Also the SME2-on/off parity tolerance, where
-#: outputs have no step (the same program on the same inputs).
+#: Calibrated (native host runner, x86, executorch 1.5.1) on the four example models and five
+#: throwaway realistic architectures with calibrated batch-norm statistics or ViT-style trunc-normal
+#: init (MobileNetV2-, EfficientNet-B0- (squeeze-excite), ResNet-18-, ConvNeXt- and ViT-style;
+#: 128×128, random weights). Worst program errors measured, and what broken programs give:
+#:
+#: - fp32: ≤ 2.4e-6 of the output range (summation order): rel 1e-4 is 40× that.
+#: - fp16: ≤ 3.0e-2 of the range against eager fp16 (MobileNetV2-style; mobilenet_v3_small
+#:   2.3e-2, the others ≤ 1.2e-2; PyTorch's CPU fp16 keeps fp32 inside ops, XNNPACK does not):
+#:   rel 0.08. ExecuTorch 1.5.1's fp16 LayerNorm (vit_tiny) is off by 1.02 of the range.
+#: - int8 (static), in output quantization steps: toy_cnn and the ConvNeXt 0, squeezesam_like 2,
+#:   ResNet- and ViT-style 4, mobilenet_v3_small 6, vit_tiny 11, EfficientNet-style 17,
+#:   MobileNetV2-style 20 (median 4, RMS 5 steps over its 1000 outputs, of a 130-step range).
+#:   Not a few rounding flips: on inverted-residual nets the program strays from the converted
+#:   model about as far as that model strays from fp32 (MobileNetV2's first 6 blocks: 0.13 of
+#:   the range vs 0.11; its first 3: 1 step), so the tolerance is 32 steps (1/8 of int8's 256);
+#:   a program whose weights were negated after lowering is off by 255 (tests/test_export.py).
+#:   Outputs computed in float after their last dequantize have no step: rel 0.35 (measured
+#:   ≤ 0.03), also SME2-on/off parity's tolerance for int8, as before.
+#: - int8-dynamic: XNNPACK chooses activation scales per row where the converted model does per
+#:   tensor, so the program strays from it by the order of the quantization error itself:
+#:   ≤ 0.16 of the range (MobileNetV2-style, whose quantization error is 0.22; the others
+#:   ≤ 0.05): rel 0.3.
 TOLERANCES: Mapping[str, Tolerance] = {
     "fp32": Tolerance(abs=1e-5, rel=1e-4),
-    "fp16": Tolerance(abs=1e-3, rel=5e-2),
-    "int8": Tolerance(abs=0.0, rel=0.05, steps=3.0),
-    "int8-dynamic": Tolerance(abs=1e-3, rel=0.02),
+    "fp16": Tolerance(abs=1e-3, rel=0.08),
+    "int8": Tolerance(abs=0.0, rel=0.35, steps=32.0),
+    "int8-dynamic": Tolerance(abs=1e-3, rel=0.3),
 }
 
 
