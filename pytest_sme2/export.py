@@ -39,14 +39,18 @@ Numerics are checked for real, as two numbers with two meanings (:mod:`pytest_sm
   from, on the very inputs the program received: eager fp32 for fp32, ``model.half()`` in eager
   fp16 for fp16 (eager fp32 where PyTorch cannot run the model in fp16 on the CPU, the manifest
   says why), the converted (fake-quantized) PT2E model for int8 and int8-dynamic. A program that
-  disagrees beyond its dtype's :data:`TOLERANCES` (static int8: a few output quantization steps,
-  :func:`_output_steps`) — or returns any NaN/inf — raises :class:`NumericsError`; the entry
+  disagrees beyond its dtype's :data:`TOLERANCES` (static int8: counted in output quantization
+  steps, :func:`_output_steps`) — or returns any NaN/inf — raises :class:`NumericsError`; the entry
   stays cached with its errors, so a re-run raises again in milliseconds instead of
   re-exporting. Tolerances are applied when an entry is read, not baked into it, so changing
   them needs no re-export.
 - the *quantization error*: that reduced-precision eager model against eager fp32, measured at
   export and stored in the manifest; shown, never judged (the user chose the model and its
   weights; random weights quantize worse than trained ones).
+
+In ``artifact.json``: ``reference`` (what the program was compared with), ``output_steps``,
+``quantization`` (its reference and per-output errors, null for fp32), ``degenerate`` and, once
+checked, ``numerics`` (the program's per-output errors).
 
 Degenerate eager outputs (all zero, denormal, constant: :func:`pytest_sme2.numerics.degenerate`)
 make both vacuous: any program matches them. Such an export is not refused — a constant output

@@ -246,31 +246,21 @@ class ExportNumerics:
     degenerate: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON (a non-finite error is stored as null)."""
+        """Plain JSON: a NaN/inf error (NaN/inf outputs) is stored as the string ``"inf"``."""
         return {
-            "program": {k: _finite_or_none(v) for k, v in asdict(self.program).items()},
+            "program": _plain_floats(asdict(self.program)),
             "quantization": None
             if self.quantization is None
-            else {k: _finite_or_none(v) for k, v in asdict(self.quantization).items()},
+            else _plain_floats(asdict(self.quantization)),
             "degenerate": self.degenerate,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ExportNumerics:
-        program = {
-            k: math.inf if v is None and k in _ERRORS else v for k, v in data["program"].items()
-        }
         quantization = data["quantization"]
         return cls(
-            program=Numerics(**program),
-            quantization=None
-            if quantization is None
-            else Deviation(
-                **{
-                    k: math.inf if v is None and k in _ERRORS else v
-                    for k, v in quantization.items()
-                }
-            ),
+            program=Numerics(**_read_floats(data["program"])),
+            quantization=None if quantization is None else Deviation(**_read_floats(quantization)),
             degenerate=data["degenerate"],
         )
 
@@ -282,12 +272,14 @@ class ExportNumerics:
         return text
 
 
-#: The fields of Numerics and Deviation whose null in JSON means inf (NaN/inf outputs).
-_ERRORS = frozenset({"max_abs", "max_rel", "max_steps"})
+def _plain_floats(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: "inf" if isinstance(v, float) and not math.isfinite(v) else v for k, v in fields.items()
+    }
 
 
-def _finite_or_none(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+def _read_floats(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: math.inf if v == "inf" else v for k, v in fields.items()}
 
 
 #: What to do about degenerate outputs, said with every warning about them.
