@@ -9,10 +9,13 @@ a model — other modules, weights files, environment variables — is tested in
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -31,7 +34,7 @@ from pytest_sme2.export import (
     load_cached,
 )
 from pytest_sme2.models import ModelSpec, get_model
-from pytest_sme2.numerics import TOLERANCES
+from pytest_sme2.numerics import TOLERANCES, DegenerateOutputWarning
 from pytest_sme2.tensors import read_tensors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,7 +80,7 @@ print(json.dumps({
     "seconds": time.perf_counter() - started,
     "key": artifact.key,
     "executorch": any(name.startswith("executorch") for name in sys.modules),
-    "ok": artifact.numerics.ok,
+    "ok": artifact.program_error.ok,
 }))
 """
 
@@ -137,7 +140,7 @@ def test_every_model_and_dtype_exports_with_checked_numerics(spec: ModelSpec, dt
         assert (err.model, err.dtype) == (spec.name, dtype)
         assert err.stage in STAGES
         pytest.xfail(str(err))
-    assert artifact.numerics is not None and artifact.numerics.ok
+    assert artifact.program_error is not None and artifact.program_error.ok
     assert artifact.pte.stat().st_size > 0 and artifact.etrecord.stat().st_size > 0
     manifest = json.loads((artifact.directory / MANIFEST_NAME).read_text())
     inputs = read_tensors(artifact.inputs)
@@ -150,6 +153,19 @@ def test_every_model_and_dtype_exports_with_checked_numerics(spec: ModelSpec, dt
     assert [list(t.shape) for t in expected] == [o["shape"] for o in manifest["outputs"]]
     assert manifest["versions"] == dict(artifact.versions)
     assert set(artifact.timings_s) <= set(STAGES)
+    # Both numbers, each with what it compared: the program against the eager model it was
+    # lowered from (judged), that model against eager fp32 (recorded) where they differ.
+    program, quantization = artifact.program_error, artifact.quantization_error
+    assert program.reference == manifest["reference"] and artifact.degenerate is None
+    if dtype == "fp32":
+        assert program.reference == "eager fp32 PyTorch" and quantization is None
+    else:
+        assert quantization is not None and math.isfinite(quantization.max_abs)
+        assert quantization.reference == f"{program.reference} vs eager fp32 PyTorch"
+        expected_reference = "eager fp16 PyTorch" if dtype == "fp16" else "converted"
+        assert expected_reference in program.reference
+    if dtype == "int8":  # static: judged in output quantization steps
+        assert program.max_steps is not None and program.max_steps <= program.tolerance_steps
 
 
 def test_vit_fp16_layernorm_bug_is_caught_and_cached() -> None:
@@ -162,9 +178,9 @@ def test_vit_fp16_layernorm_bug_is_caught_and_cached() -> None:
     assert (err.model, err.dtype, err.stage) == ("vit_tiny", "fp16", "numerics")
     assert "max rel err" in str(err) or "NaN/inf" in str(err)
     artifact = load_cached(spec, "fp16")
-    assert artifact is not None and artifact.numerics is not None
-    assert not artifact.numerics.ok
-    assert artifact.numerics.max_rel > 10 * TOLERANCES["fp16"].rel
+    assert artifact is not None and artifact.program_error is not None
+    assert not artifact.program_error.ok
+    assert artifact.program_error.max_rel > 10 * TOLERANCES["fp16"].rel
 
 
 def _layer_norm(width: int) -> ModelSpec:
@@ -190,7 +206,7 @@ def test_fp16_layernorm_is_judged_by_its_numbers(width: int, export_cache: Path)
     spec = _layer_norm(width)
     if width < 256:
         artifact = export_model(spec, "fp16", cache_dir=export_cache)
-        assert artifact.numerics is not None and artifact.numerics.ok
+        assert artifact.program_error is not None and artifact.program_error.ok
     else:
         with pytest.raises(NumericsError, match=r"layer_norm_256\[fp16\] failed at numerics"):
             export_model(spec, "fp16", cache_dir=export_cache)
@@ -211,6 +227,132 @@ def test_etrecord_lets_inspector_name_delegated_events(tmp_path: Path) -> None:
     assert not delegated.empty
     assert set(delegated["delegate_backend_name"]) == {"XnnpackBackend"}
     assert delegated["event_name"].str.startswith("Convolution").any()
+
+
+# --- what the numbers mean ---------------------------------------------------------------------
+
+
+def _signed_linear() -> object:
+    """One linear layer whose weights are ±0.05: per-channel symmetric int8 quantizes each to
+    ±127, so the test knows the bytes the program stores for them."""
+    import torch
+
+    signs = torch.randint(0, 2, (10, 256), generator=torch.Generator().manual_seed(0)) * 2 - 1
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 10))
+    with torch.no_grad():
+        model[1].weight.copy_(0.05 * signs)
+        model[1].bias.zero_()
+    return model.eval()
+
+
+def _image_16(seed: int) -> tuple[object, ...]:
+    import torch
+
+    return (torch.randn(1, 1, 16, 16, generator=torch.Generator().manual_seed(seed)),)
+
+
+SIGNED_LINEAR = ModelSpec("signed_linear", _signed_linear, _image_16, "")
+
+
+@pytest.fixture(scope="module")
+def int8_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two caches holding the same int8 export, unchecked: as exported, and with the .pte's
+    weights negated after lowering (every stored ±127 flipped), a program that no longer
+    computes the graph it was lowered from."""
+    intact, tampered = (tmp_path_factory.mktemp(name) for name in ("intact", "tampered"))
+    artifact = export_model(SIGNED_LINEAR, "int8", cache_dir=intact, check_numerics=False)
+    shutil.copytree(artifact.directory, tampered / artifact.directory.name)
+    pte = tampered / artifact.directory.name / artifact.pte.name
+    data = bytearray(pte.read_bytes())
+    import torch
+
+    weights = _signed_linear()[1].weight.detach()  # type: ignore[index]
+    for row in torch.where(weights > 0, 127, -127).to(torch.int8).numpy():
+        at = bytes(data).find(row.tobytes())
+        assert at >= 0, "the program no longer stores the int8 weights as they were quantized"
+        data[at : at + row.size] = (-row).tobytes()
+    pte.write_bytes(bytes(data))
+    return intact, tampered
+
+
+def test_a_tampered_program_fails_the_program_check_not_the_quantization(
+    int8_pair: tuple[Path, Path],
+) -> None:
+    intact, tampered = int8_pair
+    good = export_model(SIGNED_LINEAR, "int8", cache_dir=intact)
+    assert good.program_error is not None and good.program_error.ok
+    assert good.quantization_error is not None and good.quantization_error.max_abs > 0
+    with pytest.raises(NumericsError) as caught:
+        export_model(SIGNED_LINEAR, "int8", cache_dir=tampered)
+    err = caught.value
+    assert (err.model, err.dtype, err.stage) == ("signed_linear", "int8", "numerics")
+    assert "output steps" in str(err) and "against the converted int8 PT2E model" in str(err)
+    bad = load_cached(SIGNED_LINEAR, "int8", cache_dir=tampered)
+    assert bad is not None and bad.program_error is not None and not bad.program_error.ok
+    # negated outputs: off by about twice their range, far beyond the 32-step tolerance
+    assert bad.program_error.max_rel > 1.5
+    assert bad.program_error.max_steps > 4 * TOLERANCES["int8"].steps  # type: ignore[operator]
+    assert bad.quantization_error == good.quantization_error
+
+
+def _vanishing() -> object:
+    """Two linear layers with weights ~1e-20: outputs ~1e-40, below float32's smallest normal —
+    what a library's tiny default initialisation gave one real model."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    with torch.no_grad():
+        for layer in model:
+            layer.weight.mul_(1e-20)
+            layer.bias.zero_()
+    return model.eval()
+
+
+def _vector_16(seed: int) -> tuple[object, ...]:
+    import torch
+
+    return (torch.randn(1, 16, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_vanishing_outputs_are_named_and_their_numerics_vacuous(export_cache: Path) -> None:
+    spec = ModelSpec("vanishing", _vanishing, _vector_16, "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        artifact = export_model(spec, "fp32", cache_dir=export_cache)
+        export_model(spec, "fp32", cache_dir=export_cache)  # said once per process
+    lines = [str(w.message) for w in caught if w.category is DegenerateOutputWarning]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert lines[0].startswith(
+        "vanishing[fp32]: degenerate outputs (eager fp32 PyTorch: output 0 is denormal (max |x| "
+    )
+    assert "vacuous" in lines[0] and "batch-norm statistics" in lines[0]
+    program = artifact.program_error
+    assert program is not None and program.ok  # not refused: the user chose the model
+    assert program.vacuous == artifact.degenerate
+    assert program.describe().startswith("vacuous (eager fp32 PyTorch: output 0 is denormal")
+
+
+def test_fp16_is_compared_with_eager_fp32_where_pytorch_cannot_run_it_saying_why() -> None:
+    """PyTorch has no CPU fp16 kernel for some ops (linalg here): the program is then compared
+    with eager fp32, and the reference says so and why."""
+    import torch
+
+    from pytest_sme2.export import _fp16_reference, _Reference
+
+    class Inverse(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.inv(x)
+
+    x = torch.eye(4) * 2
+    fp32 = _Reference("eager fp32 PyTorch", (Inverse()(x),))
+    reference = _fp16_reference(Inverse(), (x.half(),), fp32)
+    assert reference.outputs is fp32.outputs
+    assert reference.what.startswith(
+        "eager fp32 PyTorch (eager fp16 fails on the CPU: RuntimeError: linalg.inv: "
+    )
+    assert _fp16_reference(torch.nn.ReLU(), (x.half(),), fp32).what == "eager fp16 PyTorch"
 
 
 # --- the cache ----------------------------------------------------------------------------------
@@ -272,11 +414,11 @@ def test_export_without_numerics_checks_them_later(export_cache: Path, tmp_path:
     spec = _lazy_spec(tmp_path)
     spec = ModelSpec("lazy_unchecked", spec.factory, spec.inputs, "")
     unchecked = export_model(spec, "fp32", cache_dir=export_cache, check_numerics=False)
-    assert unchecked.numerics is None
+    assert unchecked.program_error is None
     checked = export_model(spec, "fp32", cache_dir=export_cache)
-    assert checked.numerics is not None and checked.numerics.ok
+    assert checked.program_error is not None and checked.program_error.ok
     assert checked.pte.stat().st_mtime_ns == unchecked.pte.stat().st_mtime_ns
-    assert checked.numerics.max_rel <= TOLERANCES["fp32"].rel
+    assert checked.program_error.max_rel <= TOLERANCES["fp32"].rel
 
 
 # --- failures -----------------------------------------------------------------------------------

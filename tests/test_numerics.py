@@ -8,7 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from pytest_sme2.numerics import MismatchError, Numerics, OutputError, Tolerance, compare_outputs
+from pytest_sme2.numerics import (
+    Deviation,
+    ExportNumerics,
+    MismatchError,
+    Numerics,
+    OutputError,
+    Tolerance,
+    compare_outputs,
+    degenerate,
+)
 
 
 def test_numerics_pass_within_tolerance_of_the_output_range() -> None:
@@ -53,3 +62,61 @@ def test_shape_and_count_mismatches_say_which_output() -> None:
         compare_outputs([np.zeros((1, 2))], [np.zeros((1, 3))], what="eager")
     with pytest.raises(MismatchError, match="program gave 2 outputs, reference 1"):
         compare_outputs([np.zeros(1), np.zeros(1)], [np.zeros(1)])
+
+
+def test_int8_outputs_are_judged_in_their_quantization_steps() -> None:
+    tolerance = Tolerance(abs=0.0, rel=0.05, steps=3.0)
+    near = OutputError(max_abs=0.02, scale=1.0, step=0.01)  # 2 steps
+    far = OutputError(max_abs=0.04, scale=1.0, step=0.01)  # 4 steps, yet 4 % of the range
+    assert near.within(tolerance) and not far.within(tolerance)
+    # an output without a step (computed in float after its last dequantize) falls back to rel
+    assert OutputError(max_abs=0.04, scale=1.0).within(tolerance)
+    numerics = Numerics.judge([near], tolerance, reference="the converted int8 model")
+    assert numerics.max_steps == pytest.approx(2.0)
+    assert numerics.describe() == (
+        "max abs err 2.0e-02 = 2.0 output steps, max rel err 2.0e-02 "
+        "(against the converted int8 model; tolerance 3 output quantization steps)"
+    )
+    stored = json.loads(json.dumps(near.to_json()))
+    assert OutputError.from_json(stored) == near
+
+
+@pytest.mark.parametrize(
+    ("outputs", "expected"),
+    [
+        ([np.zeros((1, 10), np.float32)], "output 0 is all zero"),
+        ([np.full((1, 10), 3e-40, np.float32)], "output 0 is denormal (max |x| 3.0e-40)"),
+        (
+            [np.linspace(-1, 1, 10, dtype=np.float32), np.full((2, 2), 0.5, np.float32)],
+            "output 1 is constant (0.5 everywhere)",
+        ),
+        ([np.array([1.0, np.nan], np.float32)], "output 0 is non-finite (NaN/inf)"),
+        ([np.linspace(-1, 1, 10, dtype=np.float32)], None),
+        ([np.array([[0.25]], np.float32)], None),  # a single value is not "constant"
+    ],
+)
+def test_degenerate_outputs_are_named(outputs: list[np.ndarray], expected: str | None) -> None:
+    assert degenerate(outputs) == expected
+
+
+def test_a_vacuous_verdict_says_so_first() -> None:
+    zeros = [np.zeros((1, 4), np.float32)]
+    numerics = Numerics.judge(
+        compare_outputs(zeros, zeros), Tolerance(abs=1e-5, rel=1e-4), vacuous=degenerate(zeros)
+    )
+    assert numerics.ok
+    assert numerics.describe().startswith("vacuous (output 0 is all zero): max abs err 0.0e+00")
+
+
+def test_export_numerics_survive_json_with_nan_outputs() -> None:
+    program = Numerics.judge(
+        [OutputError(max_abs=math.inf, scale=1.0, step=0.1)],
+        Tolerance(abs=0.0, rel=0.05, steps=3.0),
+        reference="the converted int8 model",
+    )
+    numerics = ExportNumerics(
+        program, Deviation(0.1, 0.01, "converted vs eager fp32"), "output 0 is all zero"
+    )
+    stored = json.dumps(numerics.to_json(), allow_nan=False)
+    assert ExportNumerics.from_json(json.loads(stored)) == numerics
+    assert "NaN/inf" in numerics.describe() and "quantization error" in numerics.describe()

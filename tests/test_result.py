@@ -32,6 +32,7 @@ def measured(device: Device, dtype: str, workdir: Path) -> Measurement:
         # an override the record must carry: the profiles were classified with it
         classifier=Classifier({"Transpose (ND, X32)": "Other"}),
         etrecord=artifact.etrecord,
+        numerics=artifact.numerics,  # program and quantization error, as the plugin passes them
     )
 
 
@@ -46,6 +47,7 @@ def test_a_host_record_round_trips_exactly(dtype: str, tmp_path: Path) -> None:
     device.prepare()
     m = measured(device, dtype, tmp_path / "work")
     assert m.reference_ms == () and m.overrides == {"transpose (nd, x32)": "Other"}
+    assert m.numerics is not None and (m.numerics.quantization is None) == (dtype == "fp32")
     again = round_trip(m, tmp_path)
     assert again == m
     assert isinstance(again.variants[Variant.OFF].latencies_ms, tuple)

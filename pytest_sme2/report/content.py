@@ -17,6 +17,7 @@ from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEME
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
 from pytest_sme2.kernels import ROLES, kernel_role, kernels_by_kind
+from pytest_sme2.numerics import DEGENERATE_ADVICE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
@@ -545,6 +546,65 @@ def _executed_lines(m: Measurement) -> list[str]:
     return lines
 
 
+def numerics_table(m: Measurement) -> Table | None:
+    """The case's numbers, each with its meaning: the program error (the program against the
+    eager model it was lowered from; judged at export), the quantization error (that model
+    against eager fp32; recorded, never judged), SME2-on/off parity, and the degenerate outputs
+    that make them vacuous. None where the record has neither export numerics nor parity."""
+    numerics, parity = m.numerics, m.parity
+    if numerics is None and parity is None:
+        return None
+    rows = []
+    if numerics is not None:
+        if numerics.degenerate:
+            rows.append(
+                ("degenerate outputs", f"{numerics.degenerate}; {DEGENERATE_ADVICE}", "warning")
+            )
+        program = numerics.program
+        rows.append(
+            (
+                "program error",
+                program.describe(),
+                "vacuous" if program.vacuous else "pass" if program.ok else "FAIL",
+            )
+        )
+        rows.append(
+            (
+                "quantization error",
+                numerics.quantization.describe()
+                if numerics.quantization is not None
+                else f"none: {m.dtype} is compared with eager {m.dtype}",
+                "recorded, not judged",
+            )
+        )
+    if parity is not None:
+        rows.append(
+            (
+                f"{Variant.ON} vs {Variant.OFF}",
+                parity.describe(),
+                "vacuous" if parity.vacuous else "pass" if parity.ok else "FAIL",
+            )
+        )
+    return Table(("numbers", "measured", "judgement"), tuple(rows))
+
+
+def numerics_text(m: Measurement) -> str:
+    """The numerics in a table cell: the program error (in output steps where it has them) and
+    the quantization error, relative to the output range; "vacuous" first where they are."""
+    numerics = m.numerics
+    if numerics is None:
+        return "—"
+    program = numerics.program
+    if program.max_steps is not None:
+        text = f"program err {program.max_steps:.1f} steps"
+    else:
+        text = f"program err {program.max_rel:.1e} rel"
+    if numerics.quantization is not None:
+        text += f", quantization err {numerics.quantization.max_rel:.1e} rel"
+    vacuous = program.vacuous or (m.parity.vacuous if m.parity is not None else None)
+    return f"vacuous ({text})" if vacuous else text
+
+
 def verdict_table(verdicts: Sequence[Verdict]) -> Table:
     rows = tuple(
         (
@@ -672,6 +732,7 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
         "speedup": speedup_text(m),
         "top category": f"{top} {100 * shares[top]:.0f}% ({head})",
         "latency gate sees": latency_sensitivity(verdicts),
+        "numerics": numerics_text(m),
         "verdict": verdict_word(verdicts),
     }
 

@@ -115,6 +115,9 @@ def extra_html(
     kernels = c.kernel_table(m)
     if kernels is not None:
         parts.append(f"<h4>{html.escape(c.KERNEL_VIEW_TITLE)}</h4>" + kernels.html())
+    numerics = c.numerics_table(m)
+    if numerics is not None:
+        parts.append("<h4>Numerics</h4>" + numerics.html())
     parts.append(
         "<h4>Gate verdicts</h4>"
         + (c.verdict_table(verdicts).html() if verdicts else "<p>No gate was judged.</p>")

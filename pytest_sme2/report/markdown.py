@@ -110,6 +110,9 @@ def case_report(
     kernels = c.kernel_table(m)
     if kernels is not None:
         parts.append(_section(c.KERNEL_VIEW_TITLE, kernels.markdown()))
+    numerics = c.numerics_table(m)
+    if numerics is not None:
+        parts.append(_section("Numerics", numerics.markdown()))
     parts.append(
         _section(
             "Gate verdicts",
