@@ -5,7 +5,6 @@ and SME2-on/off parity on the program's real outputs is vacuous too."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +15,8 @@ from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Expectations, Status, judge
 from pytest_sme2.measure import _parity
-from pytest_sme2.result import Measurement
+from pytest_sme2.report.artifacts import REPORT_NAME
+from pytest_sme2.report.rundir import load_test_dir
 
 pytest_plugins = ["pytester"]
 
@@ -85,7 +85,7 @@ def test_vanishing_outputs_pass_vacuously_and_every_report_says_so(
     assert "vacuous (program err" in table
 
     case = artifacts / "host" / "vanishing-fp32"
-    report = (case / "report.md").read_text()
+    report = (case / REPORT_NAME).read_text()
     numerics = report.split("## Numerics", 1)[1].split("\n## ", 1)[0]
     assert "| degenerate outputs | eager fp32 PyTorch: output 0 is denormal" in numerics
     assert "| program error | vacuous (eager fp32 PyTorch: output 0 is denormal" in numerics
@@ -98,7 +98,7 @@ def test_vanishing_outputs_pass_vacuously_and_every_report_says_so(
 
     # Parity of the program's real outputs (the host runs SME2-off only: judged against itself,
     # as on a device that runs both): vacuous, and its verdict says so.
-    measurement = Measurement.from_json(json.loads((case / "manifest.json").read_text()), case)
+    measurement, _ = load_test_dir(case / "manifest.json")
     assert measurement.numerics is not None and measurement.numerics.program.vacuous
     off = measurement.variants[Variant.OFF]
     assert off.outputs is not None
