@@ -32,13 +32,29 @@ Dtypes (what the program takes is what a user of that precision feeds it):
 - ``int8-dynamic``: the same quantizer in dynamic mode (activations quantized per run, weights
   per channel); fp32 in and out.
 
-Numerics are checked for real: the ``.pte`` runs in the native runner (never the Python
-bindings, which crash) on the example inputs, and its outputs are compared with eager fp32
-PyTorch on the very inputs the program received (fp16 inputs widened to fp32). A program that
-disagrees beyond its dtype's :data:`TOLERANCES` — or returns any NaN/inf — raises
-:class:`NumericsError`; the entry stays cached with its errors, so a re-run raises again in
-milliseconds instead of re-exporting. Tolerances are applied when an entry is read, not baked
-into it, so changing them needs no re-export.
+Numerics are checked for real, as two numbers with two meanings (:mod:`pytest_sme2.numerics`):
+
+- the *program error*: the ``.pte`` runs in the native runner (never the Python bindings, which
+  crash) on the example inputs, and its outputs are compared with the eager model it was lowered
+  from, on the very inputs the program received: eager fp32 for fp32, ``model.half()`` in eager
+  fp16 for fp16 (eager fp32 where PyTorch cannot run the model in fp16 on the CPU, the manifest
+  says why), the converted (fake-quantized) PT2E model for int8 and int8-dynamic. A program that
+  disagrees beyond its dtype's :data:`TOLERANCES` (static int8: a few output quantization steps,
+  :func:`_output_steps`) — or returns any NaN/inf — raises :class:`NumericsError`; the entry
+  stays cached with its errors, so a re-run raises again in milliseconds instead of
+  re-exporting. Tolerances are applied when an entry is read, not baked into it, so changing
+  them needs no re-export.
+- the *quantization error*: that reduced-precision eager model against eager fp32, measured at
+  export and stored in the manifest; shown, never judged (the user chose the model and its
+  weights; random weights quantize worse than trained ones).
+
+Degenerate eager outputs (all zero, denormal, constant: :func:`pytest_sme2.numerics.degenerate`)
+make both vacuous: any program matches them. Such an export is not refused — a constant output
+can be legitimate, and the model is the user's — but it does not pass silently either: the
+manifest records the reason, every :func:`export_model` of it warns once per process in one line
+(:class:`DegenerateOutputWarning`, with what to do), and the program error is marked vacuous,
+which the numerics verdict and the report show. Non-finite eager fp32 outputs do refuse the
+export (at ``build model``): there is nothing to compare a program with, the model is broken.
 """
 
 from __future__ import annotations
@@ -57,7 +73,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from operator import attrgetter
@@ -71,16 +87,23 @@ from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.models import ModelSpec
 from pytest_sme2.numerics import (
+    DEGENERATE_ADVICE,
     TOLERANCES,
+    DegenerateOutputWarning,
+    Deviation,
+    ExportNumerics,
     MismatchError,
     Numerics,
     OutputError,
     compare_outputs,
+    degenerate,
 )
 from pytest_sme2.tensors import read_tensors, write_tensors
 
 #: Bump when the export recipe changes in a way that changes programs (invalidates every entry).
-RECIPE_VERSION = "1"
+#: 2: the program is checked against the eager model it was lowered from (int8: the converted
+#: PT2E model) and the quantization error is stored; ``expected_outputs`` changed meaning.
+RECIPE_VERSION = "2"
 #: The seed of the example inputs the program is checked (and later profiled) on.
 EXAMPLE_SEED = 0
 #: Seeds of the inputs int8 quantization calibrates on (static: activation ranges).
@@ -94,7 +117,7 @@ QUIET_LIBRARIES: tuple[str, ...] = ("torch", "executorch", "torchao")
 MANIFEST_NAME = "artifact.json"
 INPUTS_NAME = "inputs.tensors"
 EXPECTED_OUTPUTS_NAME = "expected_outputs.tensors"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
 
 #: The stages an export can fail at (``ExportError.stage``), in pipeline order.
 STAGES: tuple[str, ...] = (
@@ -118,11 +141,26 @@ class Artifact:
     pte: Path
     etrecord: Path
     inputs: Path  # the example inputs, in the program's dtypes
-    expected_outputs: Path  # eager fp32 PyTorch on those inputs
-    numerics: Numerics | None  # None only when exported with check_numerics=False
+    #: the program's reference on those inputs: the eager model it was lowered from
+    expected_outputs: Path
+    #: the program against ``expected_outputs``, judged (vacuous when ``degenerate``); None only
+    #: when exported with check_numerics=False and not checked since
+    program_error: Numerics | None
+    #: the reduced-precision eager model against eager fp32 (None for fp32, or where PyTorch
+    #: cannot run the model in fp16); never judged
+    quantization_error: Deviation | None
+    #: why the eager outputs are degenerate (:func:`pytest_sme2.numerics.degenerate`), or None
+    degenerate: str | None
     versions: Mapping[str, str]  # torch, executorch, torchao
     directory: Path
     timings_s: Mapping[str, float]  # seconds per export stage
+
+    @property
+    def numerics(self) -> ExportNumerics | None:
+        """The three numerics facts as the case record carries them; None until checked."""
+        if self.program_error is None:
+            return None
+        return ExportNumerics(self.program_error, self.quantization_error, self.degenerate)
 
 
 def package_versions() -> dict[str, str]:
@@ -432,16 +470,35 @@ def export_model(
 
         cached_dir(directory, build)
         artifact = _load(directory, spec.name, dtype)
+        _warn_degenerate(artifact)
         if check_numerics:
-            if artifact.numerics is None:
+            if artifact.program_error is None:
                 artifact = _check_numerics(artifact)
-            assert artifact.numerics is not None
-            if not artifact.numerics.ok:
-                raise NumericsError(spec.name, dtype, "numerics", artifact.numerics.describe())
+            assert artifact.program_error is not None
+            if not artifact.program_error.ok:
+                raise NumericsError(spec.name, dtype, "numerics", artifact.program_error.describe())
     except ExportError as err:
         _FAILURES[(directory, check_numerics)] = err
         raise
     return artifact
+
+
+_WARNED: set[Path] = set()
+"""Entries whose degenerate outputs were already warned about in this process."""
+
+
+def _warn_degenerate(artifact: Artifact) -> None:
+    """One line, once per entry and process, when the model's eager outputs are degenerate."""
+    if artifact.degenerate is None or artifact.directory in _WARNED:
+        return
+    _WARNED.add(artifact.directory)
+    warnings.warn(
+        DegenerateOutputWarning(
+            f"{artifact.model}[{artifact.dtype}]: degenerate outputs ({artifact.degenerate}): "
+            f"its numerics and SME2-on/off parity verdicts are vacuous; {DEGENERATE_ADVICE}"
+        ),
+        stacklevel=3,
+    )
 
 
 def prefetch(pairs: Iterable[tuple[ModelSpec, str]]) -> None:
@@ -475,7 +532,7 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
     try:
         manifest = json.loads(manifest_path.read_text())
         files = manifest["files"]
-        numerics = manifest["numerics"]
+        numerics, quantization = manifest["numerics"], manifest["quantization"]
         artifact = Artifact(
             model=manifest["model"],
             dtype=manifest["dtype"],
@@ -484,12 +541,21 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
             etrecord=directory / files["etrecord"],
             inputs=directory / files["inputs"],
             expected_outputs=directory / files["expected_outputs"],
-            numerics=None
+            program_error=None
             if numerics is None
             else Numerics.judge(
                 [OutputError.from_json(output) for output in numerics["outputs"]],
                 TOLERANCES[dtype],
+                reference=manifest["reference"],
+                vacuous=manifest["degenerate"],
             ),
+            quantization_error=None
+            if quantization is None
+            else Deviation.of(
+                [OutputError.from_json(output) for output in quantization["outputs"]],
+                quantization["reference"],
+            ),
+            degenerate=manifest["degenerate"],
             versions=manifest["versions"],
             directory=directory,
             timings_s=manifest["timings_s"],
@@ -502,8 +568,9 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
 
 
 def _check_numerics(artifact: Artifact) -> Artifact:
-    """Run the program in the native host runner, compare with the stored eager outputs and
-    record the errors in the manifest. Needs no torch: the reference was stored at export."""
+    """Run the program in the native host runner, compare with the stored outputs of the eager
+    model it was lowered from, and record the errors in the manifest. Needs no torch: the
+    reference (and, for static int8, each output's quantization step) was stored at export."""
     from pytest_sme2.runner import RunPlan, build_runner, run_runner
 
     model, dtype = artifact.model, artifact.dtype
@@ -528,12 +595,13 @@ def _check_numerics(artifact: Artifact) -> Artifact:
         except RunnerError as err:
             raise ExportError(model, dtype, "numerics", _one_line(err)) from err
         try:
-            errors = compare_outputs(outputs, expected, what="eager PyTorch")
+            errors = compare_outputs(
+                outputs, expected, what=manifest["reference"], steps=manifest["output_steps"]
+            )
         except MismatchError as err:
             raise ExportError(model, dtype, "numerics", str(err)) from None
         manifest["numerics"] = {
             "outputs": [error.to_json() for error in errors],
-            "reference": "eager fp32 PyTorch on the program's inputs",
             "runner": "native host runner, 1 thread",
             "seconds": round(time.perf_counter() - started, 3),
         }
@@ -584,13 +652,17 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
                 program_model = copy.deepcopy(model).half()
             else:
                 program_inputs, program_model = example, model
-            reference_inputs = tuple(
-                t.float() if t.is_floating_point() else t for t in program_inputs
+            fp32_inputs = tuple(t.float() if t.is_floating_point() else t for t in program_inputs)
+            fp32_outputs = _tensors(model(*fp32_inputs), "outputs")
+        eager = [t.float().numpy() for t in fp32_outputs]
+        if not all(torch.isfinite(t).all() for t in fp32_outputs):
+            raise ValueError(
+                f"eager fp32 PyTorch: {degenerate(eager)}: the model itself is broken; "
+                + DEGENERATE_ADVICE
             )
-            expected = _tensors(model(*reference_inputs), "outputs")
-        for index, tensor in enumerate(expected):
-            if not torch.isfinite(tensor).all():
-                raise ValueError(f"eager output {index} has NaN/inf: the model itself is broken")
+        reference = _Reference("eager fp32 PyTorch", fp32_outputs)
+        if dtype == "fp16":
+            reference = _fp16_reference(program_model, program_inputs, reference)
 
     with stages.stage("torch.export"):
         exported = torch.export.export(program_model, program_inputs)
@@ -613,6 +685,12 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
                 for seed in CALIBRATION_SEEDS:
                     prepared(*spec.example_inputs(seed))
             quantized = convert_pt2e(prepared)
+            with torch.no_grad():
+                reference = _Reference(
+                    f"the converted {dtype} PT2E model (eager, fake-quantized)",
+                    _tensors(quantized(*program_inputs), "outputs"),
+                    _output_steps(quantized),
+                )
         with stages.stage("torch.export"):
             exported = torch.export.export(quantized, program_inputs)
 
@@ -637,7 +715,8 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
         (out / files["pte"]).write_bytes(program.buffer)
         program.get_etrecord().save(str(out / files["etrecord"]))
         write_tensors(out / INPUTS_NAME, [t.numpy() for t in program_inputs])
-        write_tensors(out / EXPECTED_OUTPUTS_NAME, [t.numpy() for t in expected])
+        expected = [t.numpy() for t in reference.outputs]
+        write_tensors(out / EXPECTED_OUTPUTS_NAME, expected)
         program_outputs = exported.graph.find_nodes(op="output")[0].args[0]
 
     manifest: dict[str, Any] = {
@@ -655,11 +734,116 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path) -> None:
         "example_seed": EXAMPLE_SEED,
         "calibration_seeds": list(CALIBRATION_SEEDS) if dtype.startswith("int8") else [],
         "timings_s": stages.timings,
+        "reference": reference.what,
+        "output_steps": list(reference.steps or [None] * len(expected)),
+        "quantization": None
+        if reference.outputs is fp32_outputs
+        else {
+            "reference": f"{reference.what} vs eager fp32 PyTorch",
+            "outputs": [
+                e.to_json() for e in compare_outputs(expected, eager, what="eager fp32 PyTorch")
+            ],
+        },
+        "degenerate": _degenerate(eager, expected, reference.what),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "exported_by": {"host": socket.gethostname(), "pid": os.getpid()},
         "numerics": None,
     }
     write_atomic(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """What a program is checked against: the eager model it was lowered from, its outputs on
+    the example inputs and (static int8) each output's quantization step."""
+
+    what: str
+    outputs: tuple[Any, ...]
+    steps: tuple[float | None, ...] | None = None
+
+
+def _fp16_reference(model: Any, inputs: tuple[Any, ...], fp32: _Reference) -> _Reference:
+    """Eager fp16 PyTorch on the program's inputs; eager fp32 (saying why) where PyTorch cannot
+    run the model in fp16 on the CPU or its fp16 outputs overflow where fp32's do not."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            outputs = _tensors(model(*inputs), "outputs")
+    except Exception as err:  # an op without a CPU Half kernel: compare with what there is
+        return replace(
+            fp32, what=f"eager fp32 PyTorch (eager fp16 fails on the CPU: {_one_line(err)})"
+        )
+    if not all(torch.isfinite(t).all() for t in outputs):
+        return replace(fp32, what="eager fp32 PyTorch (eager fp16 overflows to NaN/inf)")
+    return _Reference("eager fp16 PyTorch", outputs)
+
+
+#: Ops that move or select values without changing them: an output computed through them from a
+#: dequantize is still on that dequantize's grid.
+_DATA_MOVEMENT = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "permute",
+        "transpose",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "clone",
+        "contiguous",
+        "expand",
+        "slice",
+        "select",
+        "cat",
+        "getitem",
+    }
+)
+
+
+def _output_steps(graph_module: Any) -> tuple[float | None, ...]:
+    """Each output's quantization step in a converted PT2E graph: the scale of the static
+    ``dequantize_per_tensor`` that produces it (through data-movement ops; the largest where
+    several feed it), None where the output is computed in float after it (or quantized
+    dynamically, whose scale is chosen per run).
+
+    The program runs the same quantized graph in integer arithmetic: its output is that
+    dequantize of an int8 tensor, on the same grid as the converted model's. Where XNNPACK's
+    integer requantization rounds an intermediate differently from the converted model's float
+    arithmetic, the difference is a step there and, carried through the layers after, a few at
+    the output: why the int8 tolerance is counted in output steps (``numerics.TOLERANCES``).
+    """
+    import torch
+
+    static = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+
+    def step(node: Any) -> float | None:
+        if not isinstance(node, torch.fx.Node):
+            return None
+        if node.target == static:
+            return float(node.args[1])
+        name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if node.op != "call_function" or name not in _DATA_MOVEMENT:
+            return None
+        sources = [step(source) for source in node.all_input_nodes]
+        if not sources or None in sources:
+            return None
+        return max(s for s in sources if s is not None)
+
+    (outputs,) = graph_module.graph.find_nodes(op="output")[0].args
+    outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
+    return tuple(step(node) for node in outputs)
+
+
+def _degenerate(eager: list[Any], reference: list[Any], what: str) -> str | None:
+    """Why the outputs a program is judged against are degenerate: eager fp32's first (the model
+    the user chose), else the reduced-precision model's (quantization that collapsed them)."""
+    found = degenerate(eager)
+    if found is not None:
+        return f"eager fp32 PyTorch: {found}"
+    found = degenerate(reference)
+    return None if found is None else f"{what}: {found}"
 
 
 def _tensors(value: Any, what: str) -> tuple[Any, ...]:

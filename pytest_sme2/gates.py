@@ -57,6 +57,7 @@ from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import fastest
+from pytest_sme2.numerics import DEGENERATE_ADVICE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.validation import key_path, problem, validator
@@ -175,6 +176,7 @@ def judge(
     verdicts += _instruction_ratio(m, now, baseline, expectations, tolerances)
     if baseline is not None:
         verdicts += _instructions(m, now, baseline, tolerances)
+    verdicts += _numerics(m)
     verdicts += _parity(m)
     if baseline is not None:
         verdicts += _structure(m, now, baseline)
@@ -355,9 +357,39 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
     return [Verdict(gate, Status.PASS, "; ".join(proofs))]
 
 
+def _numerics(m: Measurement) -> list[Verdict]:
+    """The export's numerics, as judged when the program was exported (a program that failed
+    them was never measured): the program error and, beside it, the quantization error. Vacuous
+    — passed, and saying so first — when the eager outputs are degenerate."""
+    numerics = m.numerics
+    if numerics is None:
+        return []
+    if numerics.program.vacuous:
+        return [
+            Verdict(
+                "numerics",
+                Status.PASS,
+                f"vacuous: the outputs of {m.model}[{m.dtype}] are degenerate "
+                f"({numerics.program.vacuous}), any program matches them; {DEGENERATE_ADVICE}",
+                (numerics.describe(),),
+            )
+        ]
+    return [Verdict("numerics", Status.PASS, numerics.describe())]
+
+
 def _parity(m: Measurement) -> list[Verdict]:
     if m.parity is None:
         return []
+    if m.parity.ok and m.parity.vacuous:
+        return [
+            Verdict(
+                "parity",
+                Status.PASS,
+                f"vacuous: SME2-on outputs match SME2-off trivially, {m.parity.vacuous}; "
+                + DEGENERATE_ADVICE,
+                (m.parity.describe(),),
+            )
+        ]
     if m.parity.ok:
         return [
             Verdict("parity", Status.PASS, f"SME2-on outputs match SME2-off: {m.parity.describe()}")

@@ -24,7 +24,14 @@ from pytest_sme2.deadline import Deadline
 from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
-from pytest_sme2.numerics import TOLERANCES, MismatchError, Numerics, compare_outputs
+from pytest_sme2.numerics import (
+    TOLERANCES,
+    ExportNumerics,
+    MismatchError,
+    Numerics,
+    compare_outputs,
+    degenerate,
+)
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.tensors import read_tensors
@@ -77,13 +84,16 @@ def measure(
     etrecord: Path | None = None,
     deadline: Deadline | None = None,
     expected_outputs: Path | None = None,
+    numerics: ExportNumerics | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
     each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
     time is meaningful, so latency can be judged against the machine's speed of the moment.
     ``etrecord`` names the backend of delegated operators. ``deadline`` sets each runner call's
     deadline (default: ``plan.timeout_s``, else the device's). ``expected_outputs`` (the export's
-    eager outputs) are what every variant's outputs must match in count and shape."""
+    eager outputs) are what every variant's outputs must match in count and shape. ``numerics``
+    (what the export found of the program's numbers) is carried into the record for the
+    report."""
     info = device.info()
     deadline = deadline or Deadline(plan.timeout_s)
     variants = info.variants
@@ -158,6 +168,7 @@ def measure(
         )
     return Measurement(
         parity=_parity(measured, model, dtype),
+        numerics=numerics,
         reference_ms=tuple(reference_ms),
         model=model,
         dtype=dtype,
@@ -201,7 +212,9 @@ def _parity(
     """SME2-on outputs judged against SME2-off outputs with the dtype's tolerance.
 
     The same program on the same inputs must compute the same thing whichever kernels ran; a
-    broken SME2 kernel would show here even where eager PyTorch is not at hand.
+    broken SME2 kernel would show here even where eager PyTorch is not at hand. Vacuous when
+    the SME2-off outputs are degenerate (all zero, denormal, constant, non-finite): any kernel
+    matches those.
     """
     runs = [measured[v].outputs if v in measured else None for v in (Variant.ON, Variant.OFF)]
     if None in runs:
@@ -213,7 +226,9 @@ def _parity(
         raise RunnerError(
             f"SME2-on and SME2-off outputs of {model}[{dtype}] differ: {err}"
         ) from None
-    return Numerics.judge(errors, TOLERANCES[dtype])
+    return Numerics.judge(
+        errors, TOLERANCES[dtype], reference=str(Variant.OFF), vacuous=degenerate(off)
+    )
 
 
 def fastest(*measurements: Measurement) -> Measurement:

@@ -364,6 +364,7 @@ def sme2_measure(
                 etrecord=sme2_artifact.etrecord,
                 deadline=deadline,
                 expected_outputs=sme2_artifact.expected_outputs,
+                numerics=sme2_artifact.numerics,
             )
 
     def measure_case(label: str) -> Measurement:

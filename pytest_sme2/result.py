@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_sme2.analysis import Comparison, Profile, compare
 from pytest_sme2.devices.base import DeviceInfo, Sme2Evidence, Variant
-from pytest_sme2.numerics import Numerics
+from pytest_sme2.numerics import ExportNumerics, Numerics
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,9 @@ class Measurement:
     reference_ms: tuple[float, ...] = ()
     #: the classifier's category overrides the profiles were made with (normalised keys)
     overrides: Mapping[str, str] = field(default_factory=dict)
+    #: what the export found of the program's numbers (program and quantization error,
+    #: degenerate outputs); None where the measurement was not made from a checked export
+    numerics: ExportNumerics | None = None
     comparison: Comparison | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +149,7 @@ class Measurement:
             "variants": [vm.to_json(base) for vm in self.variants.values()],
             "interleaved": self.interleaved,
             "parity": None if self.parity is None else asdict(self.parity),
+            "numerics": None if self.numerics is None else self.numerics.to_json(),
             "reference_ms": list(self.reference_ms),
             "overrides": dict(self.overrides),
         }
@@ -162,6 +166,9 @@ class Measurement:
             variants={vm.variant: vm for vm in variants},
             interleaved=data["interleaved"],
             parity=None if data["parity"] is None else Numerics(**data["parity"]),
+            numerics=None
+            if data.get("numerics") is None
+            else ExportNumerics.from_json(data["numerics"]),
             reference_ms=tuple(data["reference_ms"]),
             overrides=dict(data["overrides"]),
         )

@@ -77,7 +77,7 @@ print(json.dumps({
     "seconds": time.perf_counter() - started,
     "key": artifact.key,
     "executorch": any(name.startswith("executorch") for name in sys.modules),
-    "ok": artifact.numerics.ok,
+    "ok": artifact.program_error.ok,
 }))
 """
 
@@ -137,7 +137,7 @@ def test_every_model_and_dtype_exports_with_checked_numerics(spec: ModelSpec, dt
         assert (err.model, err.dtype) == (spec.name, dtype)
         assert err.stage in STAGES
         pytest.xfail(str(err))
-    assert artifact.numerics is not None and artifact.numerics.ok
+    assert artifact.program_error is not None and artifact.program_error.ok
     assert artifact.pte.stat().st_size > 0 and artifact.etrecord.stat().st_size > 0
     manifest = json.loads((artifact.directory / MANIFEST_NAME).read_text())
     inputs = read_tensors(artifact.inputs)
@@ -162,9 +162,9 @@ def test_vit_fp16_layernorm_bug_is_caught_and_cached() -> None:
     assert (err.model, err.dtype, err.stage) == ("vit_tiny", "fp16", "numerics")
     assert "max rel err" in str(err) or "NaN/inf" in str(err)
     artifact = load_cached(spec, "fp16")
-    assert artifact is not None and artifact.numerics is not None
-    assert not artifact.numerics.ok
-    assert artifact.numerics.max_rel > 10 * TOLERANCES["fp16"].rel
+    assert artifact is not None and artifact.program_error is not None
+    assert not artifact.program_error.ok
+    assert artifact.program_error.max_rel > 10 * TOLERANCES["fp16"].rel
 
 
 def _layer_norm(width: int) -> ModelSpec:
@@ -190,7 +190,7 @@ def test_fp16_layernorm_is_judged_by_its_numbers(width: int, export_cache: Path)
     spec = _layer_norm(width)
     if width < 256:
         artifact = export_model(spec, "fp16", cache_dir=export_cache)
-        assert artifact.numerics is not None and artifact.numerics.ok
+        assert artifact.program_error is not None and artifact.program_error.ok
     else:
         with pytest.raises(NumericsError, match=r"layer_norm_256\[fp16\] failed at numerics"):
             export_model(spec, "fp16", cache_dir=export_cache)
@@ -272,11 +272,11 @@ def test_export_without_numerics_checks_them_later(export_cache: Path, tmp_path:
     spec = _lazy_spec(tmp_path)
     spec = ModelSpec("lazy_unchecked", spec.factory, spec.inputs, "")
     unchecked = export_model(spec, "fp32", cache_dir=export_cache, check_numerics=False)
-    assert unchecked.numerics is None
+    assert unchecked.program_error is None
     checked = export_model(spec, "fp32", cache_dir=export_cache)
-    assert checked.numerics is not None and checked.numerics.ok
+    assert checked.program_error is not None and checked.program_error.ok
     assert checked.pte.stat().st_mtime_ns == unchecked.pte.stat().st_mtime_ns
-    assert checked.numerics.max_rel <= TOLERANCES["fp32"].rel
+    assert checked.program_error.max_rel <= TOLERANCES["fp32"].rel
 
 
 # --- failures -----------------------------------------------------------------------------------
