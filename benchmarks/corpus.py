@@ -6,7 +6,9 @@ then unchanged, judged against what it just recorded. An architecture the pipeli
 passes both; one it does not says why in one line. Then one row per case and device:
 
 - exported, or the one-line reason why not (the ``ExportError`` the session reported);
-- quantization error and program error, from the export's manifest (see :func:`numerics`);
+- quantization error (int8 eager against fp32: what the weights lose, never judged) and
+  program error (the program against the eager model it was lowered from: judged), from the
+  export's manifest (see :func:`numerics`);
 - the verdict of the recording run and of the re-run;
 - export seconds (the manifest's stage timings, numerics included);
 - on devices that count instructions (qemu-sme2): whether the recorded baseline holds
@@ -153,17 +155,26 @@ def first_line(message: str) -> str:
 
 
 def numerics(artifact: Artifact) -> tuple[str, str]:
-    """(quantization error, program error) of an export, as the manifest holds them.
+    """(quantization error, program error) of an export, from its manifest.
 
-    The manifest holds one comparison: the program against eager fp32 PyTorch, which for int8
-    is quantization error and program error at once; it is printed as the program error, and
-    the quantization error as not measured.
+    The quantization error (the converted int8 eager model against eager fp32) is recorded,
+    never judged: it is what the user's weights lose to int8. The program error (the program
+    against the eager model it was lowered from) is judged: "REFUSED" means ExecuTorch/XNNPACK
+    computed that model wrongly. Degenerate eager outputs make both vacuous, and say so.
     """
-    if artifact.numerics is None:
-        return "—", "not checked"
-    check = artifact.numerics
-    verdict = "ok" if check.ok else "REFUSED"
-    return "—", f"rel {check.max_rel:.2g} {verdict}"
+    quantization = artifact.quantization_error
+    quantized = "—" if quantization is None else f"rel {quantization.max_rel:.2g}"
+    program = artifact.program_error
+    if program is None:
+        return quantized, "not checked"
+    error = (
+        f"{program.max_steps:.1f} steps"
+        if program.max_steps is not None
+        else f"rel {program.max_rel:.2g}"
+    )
+    verdict = "ok" if program.ok else "REFUSED"
+    degenerate = f", vacuous: {artifact.degenerate}" if artifact.degenerate else ""
+    return quantized, f"{error} {verdict}{degenerate}"
 
 
 def per_operator(baselines: Path, device: str, case_id: str) -> str:
