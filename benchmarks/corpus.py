@@ -1,9 +1,11 @@
 """Run the corpus of real architectures (``benchmarks/corpus_models.py``) as a user project would.
 
 For each device, a throw-away project whose conftest imports the corpus module runs the suite's
-four-line test twice: once recording baselines (``--sme2-update-baselines`` into the project),
-then unchanged, judged against what it just recorded. An architecture the pipeline handles
-passes both; one it does not says why in one line. Then one row per case and device:
+four-line test twice per model: once recording baselines (``--sme2-update-baselines`` into the
+project), then unchanged, judged against what it just recorded. An architecture the pipeline
+handles passes both; one it does not says why in one line. A model at a time, so its rows print
+as soon as they are known (a cold corpus takes an hour or more on a busy 2-core machine). One
+row per case and device:
 
 - exported, or the one-line reason why not (the ``ExportError`` the session reported);
 - quantization error (int8 eager against fp32: what the weights lose, never judged) and
@@ -235,8 +237,9 @@ def rows(
     return table
 
 
-def markdown(table: Sequence[Row]) -> str:
-    header = (
+def markdown(table: Sequence[Row], *, header: bool = True) -> str:
+    """The rows as a Markdown table (``header=False``: the rows alone, to print as they come)."""
+    columns = (
         "case",
         "device",
         "exported",
@@ -246,7 +249,7 @@ def markdown(table: Sequence[Row]) -> str:
         "export s",
         "instructions per operator",
     )
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] if header else []
     for row in table:
         cells = (
             row.case,
@@ -278,23 +281,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="sme2-corpus-"))
     started = time.perf_counter()
     table: list[Row] = []
+    print(markdown(()), flush=True)
     for device in args.devices.split(","):
         root = project(work / device)
-        select = [
-            f"--sme2-models={','.join(s.name for s in specs)}",
-            f"--sme2-dtypes={','.join(dtypes)}",
-        ]
         spread = ["-n", "2"] if device_class(device).emulates_cpu else []
-        device_started = time.perf_counter()
-        recorded = session(root, device, [*select, *spread, "--sme2-update-baselines"], "record")
-        if not args.judge_time:
-            portable_only(root / "baselines")
-        rerun = session(root, device, [*select, *spread], "rerun")
-        table += rows(specs, dtypes, device, root, recorded, rerun)
-        print(
-            f"{device}: {time.perf_counter() - device_started:.0f} s (projects in {work})",
-            flush=True,
-        )
+        for spec in specs:  # a model at a time: its rows print as soon as they are known
+            select = [f"--sme2-models={spec.name}", f"--sme2-dtypes={','.join(dtypes)}"]
+            record = [*select, *spread, "--sme2-update-baselines"]
+            recorded = session(root, device, record, f"{spec.name}-record")
+            if not args.judge_time:
+                portable_only(root / "baselines")
+            rerun = session(root, device, [*select, *spread], f"{spec.name}-rerun")
+            found = rows([spec], dtypes, device, root, recorded, rerun)
+            print(markdown(found, header=False), flush=True)
+            table += found
+    print(f"\nprojects in {work}\n")
     print(markdown(table))
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
     return 0
