@@ -129,7 +129,8 @@ def session(root: Path, device: str, options: Sequence[str], name: str) -> dict[
 
 
 def outcomes(junit: Path) -> dict[str, str]:
-    """``passed``, ``skipped: …`` or ``failed: <first line>`` per case id, from a JUnit XML."""
+    """``passed``, ``xfailed: …`` (an export the plugin refused), ``skipped: …`` or
+    ``failed: <first line>`` per case id, from a JUnit XML."""
     found: dict[str, str] = {}
     for case in ET.parse(junit).iter("testcase"):
         case_id = case.get("name", "").partition("[")[2].rstrip("]")
@@ -138,7 +139,9 @@ def outcomes(junit: Path) -> dict[str, str]:
             found[case_id] = "passed"
             continue
         child = problems[0]
-        word = "skipped" if child.tag == "skipped" else "failed"
+        word = {"failure": "failed", "error": "error"}.get(child.tag, "skipped")
+        if child.get("type") == "pytest.xfail":
+            word = "xfailed"
         found[case_id] = f"{word}: {first_line(child.get('message', '') or child.text or '')}"
     return found
 
@@ -207,19 +210,20 @@ def rows(
         for dtype in dtypes:
             case_id = f"{spec.name}-{dtype}"
             artifact = load_cached(built, dtype)
-            outcome = recorded.get(case_id, "not run")
+            outcome, again = recorded.get(case_id, "not run"), rerun.get(case_id, "not run")
             if artifact is None:
-                exported = outcome.removeprefix("failed: ") if "export of" in outcome else "no"
+                exported = outcome.partition(": ")[2] if "export of" in outcome else "no"
                 quantization, program, seconds = "—", "—", "—"
             else:
-                exported = "yes"
+                ok = artifact.program_error is not None and artifact.program_error.ok
+                exported = "yes" if ok else "refused: program error"
                 quantization, program = numerics(artifact)
                 seconds = f"{sum(artifact.timings_s.values()):.0f}"
-            verdict = (
-                outcome
-                if outcome == rerun.get(case_id)
-                else f"{outcome} / re-run {rerun.get(case_id, 'not run')}"
+            # an export's reason is in the exported column: the verdicts say only what they were
+            outcome, again = (
+                o.partition(": ")[0] if "export of" in o else o for o in (outcome, again)
             )
+            verdict = outcome if outcome == again else f"{outcome} / re-run {again}"
             table.append(
                 Row(
                     case=case_id,
@@ -274,18 +278,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--judge-time", action="store_true", help="re-run judges this machine's time records too"
     )
+    parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run nothing: the table of the sessions already in --work (an interrupted run's)",
+    )
     args = parser.parse_args(argv)
+    if args.table_only and args.work is None:
+        parser.error("--table-only reads the sessions in --work DIR")
     names = args.models.split(",")
     specs = [s for s in corpus_specs() if s.name in names]
     dtypes = args.dtypes.split(",")
     work = args.work or Path(tempfile.mkdtemp(prefix="sme2-corpus-"))
     started = time.perf_counter()
     table: list[Row] = []
-    print(markdown(()), flush=True)
+    if not args.table_only:
+        print(markdown(()), flush=True)
     for device in args.devices.split(","):
-        root = project(work / device)
+        root = work / device if args.table_only else project(work / device)
         spread = ["-n", "2"] if device_class(device).emulates_cpu else []
         for spec in specs:  # a model at a time: its rows print as soon as they are known
+            if args.table_only:
+                done = [root / f"{spec.name}-{name}.xml" for name in ("record", "rerun")]
+                if all(path.is_file() for path in done):
+                    table += rows([spec], dtypes, device, root, *map(outcomes, done))
+                continue
             select = [f"--sme2-models={spec.name}", f"--sme2-dtypes={','.join(dtypes)}"]
             record = [*select, *spread, "--sme2-update-baselines"]
             recorded = session(root, device, record, f"{spec.name}-record")
@@ -297,7 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             table += found
     print(f"\nprojects in {work}\n")
     print(markdown(table))
-    print(f"\nwall time {time.perf_counter() - started:.0f} s")
+    if not args.table_only:
+        print(f"\nwall time {time.perf_counter() - started:.0f} s")
     return 0
 
 
