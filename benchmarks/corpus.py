@@ -286,8 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.table_only and args.work is None:
         parser.error("--table-only reads the sessions in --work DIR")
-    names = args.models.split(",")
-    specs = [s for s in corpus_specs() if s.name in names]
+    known = {spec.name: spec for spec in corpus_specs()}
+    unknown = sorted(set(args.models.split(",")) - set(known))
+    if unknown:
+        parser.error(f"not in the corpus: {', '.join(unknown)}; it has {', '.join(known)}")
+    specs = [known[name] for name in args.models.split(",")]  # in the order given
     dtypes = args.dtypes.split(",")
     work = args.work or Path(tempfile.mkdtemp(prefix="sme2-corpus-"))
     started = time.perf_counter()
