@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import benchmarks.corpus_models as corpus  # noqa: E402  (registers the corpus)
+from pytest_sme2.cache import write_atomic  # noqa: E402
 from pytest_sme2.devices.registry import device_class  # noqa: E402
 from pytest_sme2.export import Artifact, load_cached  # noqa: E402
 from pytest_sme2.models import ModelSpec, registered_models  # noqa: E402
@@ -81,7 +82,7 @@ def portable_only(baselines: Path) -> None:
     for path in baselines.rglob("*.json"):
         stored = json.loads(path.read_text())
         stored["machines"] = {}
-        path.write_text(json.dumps(stored, indent=2) + "\n")
+        write_atomic(path, json.dumps(stored, indent=2) + "\n")
 
 
 def project(root: Path, conftest: str = CONFTEST) -> Path:
