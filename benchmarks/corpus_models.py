@@ -105,9 +105,12 @@ def build(
         model = Head(model_class(config), output)
         if initialise is not None:
             initialise(model)
-    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        batch = torch.cat([image_inputs(BATCHNORM_SEED + i, image)[0] for i in range(4)])
-        calibrate_batchnorm(model, batch)
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            # seeded too: in train mode dropout and stochastic depth (EfficientNet, MobileViT,
+            # SegFormer) draw from the RNG, and statistics that differ between processes
+            # would give every session another model, hence another export
+            batch = torch.cat([image_inputs(BATCHNORM_SEED + i, image)[0] for i in range(4)])
+            calibrate_batchnorm(model, batch)
     return model.eval()
 
 

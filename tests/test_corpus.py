@@ -62,3 +62,21 @@ def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_p
             assert variant["operators"], (dtype, variant)
             if device == "qemu-sme2":
                 assert variant["operator_instructions"], (dtype, variant)
+
+
+def test_every_corpus_model_is_the_same_whatever_the_global_random_state() -> None:
+    """The export cache keys on the model built: a corpus model whose weights or BatchNorm
+    statistics drew from the global RNG (dropout and stochastic depth run while statistics are
+    estimated) would be another model, hence another export, in every session."""
+    import torch
+
+    from benchmarks.corpus import corpus_specs
+
+    for spec in corpus_specs():
+        built = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            built.append(spec.for_emulation().build().state_dict())
+        first, second = built
+        assert first.keys() == second.keys()
+        assert all(torch.equal(first[name], second[name]) for name in first), spec.name
