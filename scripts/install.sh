@@ -4,6 +4,7 @@
 # unpinned torch would download several GB of CUDA packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# corpus: transformers, for the one library model CI runs (tests/test_corpus.py)
+python -m pip install --quiet --disable-pip-version-check -e ".[dev,corpus]"
 # Headless Chromium renders the HTML report in its test (Debian package; skipped when present).
 bash scripts/install_chromium.sh

@@ -1,0 +1,246 @@
+"""A corpus of real vision architectures nobody here wrote, registered as a user project would.
+
+Ten families from Hugging Face ``transformers`` (the ``corpus`` extra: ``pip install -e
+".[corpus]"``), each built from its configuration class — never downloaded: ``HF_HUB_OFFLINE``
+is set before transformers is imported, and nothing here names a checkpoint. They are what the
+issue that asked for them tried by hand: depthwise convolutions with squeeze-excite, inverted
+residuals, a plain ViT, a hierarchical windowed transformer, a segmentation encoder, a SAM image
+encoder, a conv/attention hybrid.
+
+Weights are the library's own initialisation under a fixed seed (its ``_init_weights``: what a
+user training from scratch starts from), except where that initialisation is not a realistic
+scale: SAM's vision config defaults to ``initializer_range=1e-10``, which makes its outputs
+denormal (~1e-40), so it gets the 0.02 every other family uses; EfficientNet's normal(0.02)
+convolutions and BatchNorm scales make its logits ~1e-31, so it gets torchvision's
+initialisation. Convnets then have their BatchNorm statistics estimated from a few seeded
+batches in train mode (see
+:func:`models._seeding.calibrate_batchnorm`): with identity statistics a deep random convnet's
+activations shrink or blow up layer after layer, and its outputs would test nothing.
+
+Sizes are each family's small published variant (MobileNetV2 1.0, EfficientNet-B0, ResNet-18,
+ViT-Ti, SegFormer-B0, MobileViT-XXS, LeViT-128S) or, where that costs more than tens of seconds
+to export, a scaled-down config (ConvNeXt "atto" widths, Swin at half width, SAM's ViT encoder at
+ViT-Ti width with 4 blocks). On emulated devices every model runs a smaller image
+(``emulation``): under qemu an instruction costs ~100× and what is proven there does not depend
+on the image size.
+
+Not imported by the project's own suite: ``benchmarks/corpus.py`` runs it, and
+``tests/test_corpus.py`` registers one small member.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing may be fetched
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+
+from models._seeding import calibrate_batchnorm, seeded_randn, seeded_weights
+from pytest_sme2 import register_model
+
+#: Seeds of the batches BatchNorm statistics are estimated from (apart from the inputs' seeds).
+BATCHNORM_SEED = 1000
+#: The dtypes the corpus is run in: float, and static int8 (PT2E), the case issue 21 was about.
+DTYPES = ("fp32", "int8")
+
+
+class Head(nn.Module):
+    """A transformers model called on ``pixel_values``, returning one tensor: exports need
+    tensors, not a ``ModelOutput``."""
+
+    def __init__(self, model: nn.Module, output: str) -> None:
+        super().__init__()
+        self.model = model
+        self.output = output
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(pixel_values=pixel_values), self.output)
+
+
+#: The image side on hardware; each model names a smaller one for emulated devices.
+IMAGE = 224
+#: Classes of the classification heads: ImageNet's, so the head is a realistic GEMM.
+CLASSES = 1000
+
+
+def image_inputs(seed: int, image: int = IMAGE, **_shape: int) -> tuple[torch.Tensor, ...]:
+    """One 1×3×``image``×``image`` image of seeded normal noise (a normalised image's scale).
+
+    Other keyword arguments shape the model, not its input (Swin's window on emulated devices).
+    """
+    return (seeded_randn(seed, 1, 3, image, image),)
+
+
+def fan_out_convolutions(model: nn.Module) -> None:
+    """Convolutions He fan-out normal, BatchNorm scale 1 and shift 0 (what torchvision gives its
+    EfficientNet). transformers draws both the convolutions and the BatchNorm scales from
+    normal(0.02): each block then multiplies activations by ~1e-4, below BatchNorm's epsilon so
+    no statistics can undo it, and 16 MBConv blocks later the logits are ~1e-31."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out")
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
+def build(
+    model_class: Callable[[Any], nn.Module],
+    config: Any,
+    output: str,
+    image: int,
+    initialise: Callable[[nn.Module], None] | None = None,
+) -> nn.Module:
+    """``model_class(config)`` with the library's initialisation under a fixed seed (then
+    ``initialise``, where that is not a realistic scale), BatchNorm statistics (if any)
+    estimated at ``image``, in eval mode."""
+    with seeded_weights():
+        model = Head(model_class(config), output)
+        if initialise is not None:
+            initialise(model)
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            # seeded too: in train mode dropout and stochastic depth (EfficientNet, MobileViT,
+            # SegFormer) draw from the RNG, and statistics that differ between processes
+            # would give every session another model, hence another export
+            batch = torch.cat([image_inputs(BATCHNORM_SEED + i, image)[0] for i in range(4)])
+            calibrate_batchnorm(model, batch)
+    return model.eval()
+
+
+@register_model("hf_mobilenet_v2", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 96})
+def hf_mobilenet_v2(image: int = IMAGE) -> nn.Module:
+    """MobileNetV2 1.0: inverted residuals, depthwise 3×3 convolutions, ReLU6."""
+    config = transformers.MobileNetV2Config(image_size=image, num_labels=CLASSES)
+    return build(transformers.MobileNetV2ForImageClassification, config, "logits", image)
+
+
+@register_model("hf_efficientnet", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 96})
+def hf_efficientnet(image: int = IMAGE) -> nn.Module:
+    """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU, depthwise 3×3 and 5×5."""
+    config = transformers.EfficientNetConfig(
+        image_size=image,
+        width_coefficient=1.0,  # the config's defaults are B7's
+        depth_coefficient=1.0,
+        hidden_dim=1280,
+        num_labels=CLASSES,
+    )
+    return build(
+        transformers.EfficientNetForImageClassification,
+        config,
+        "logits",
+        image,
+        initialise=fan_out_convolutions,
+    )
+
+
+@register_model("hf_resnet18", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 64})
+def hf_resnet18(image: int = IMAGE) -> nn.Module:
+    """ResNet-18: dense 3×3 convolutions in basic residual blocks (the GEMM-bound convnet)."""
+    config = transformers.ResNetConfig(
+        layer_type="basic",
+        depths=[2, 2, 2, 2],
+        hidden_sizes=[64, 128, 256, 512],
+        num_labels=CLASSES,
+    )
+    return build(transformers.ResNetForImageClassification, config, "logits", image)
+
+
+@register_model("hf_convnext", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 64})
+def hf_convnext(image: int = IMAGE) -> nn.Module:
+    """ConvNeXt at "atto" widths: depthwise 7×7 convolutions, channel LayerNorm, GELU MLPs."""
+    config = transformers.ConvNextConfig(
+        depths=[2, 2, 6, 2], hidden_sizes=[40, 80, 160, 320], num_labels=CLASSES
+    )
+    return build(transformers.ConvNextForImageClassification, config, "logits", image)
+
+
+@register_model("hf_vit", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 112})
+def hf_vit(image: int = IMAGE) -> nn.Module:
+    """ViT-Ti/16: 12 pre-norm blocks of width 192, 3 heads, SDPA attention."""
+    config = transformers.ViTConfig(
+        image_size=image,
+        hidden_size=192,
+        num_hidden_layers=12,
+        num_attention_heads=3,
+        intermediate_size=768,
+        num_labels=CLASSES,
+    )
+    return build(transformers.ViTForImageClassification, config, "logits", image)
+
+
+@register_model(
+    "hf_swin", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 128, "window": 4}
+)
+def hf_swin(image: int = IMAGE, window: int = 7) -> nn.Module:
+    """Swin at half Swin-T width: shifted-window attention, patch merging, four stages.
+
+    Each stage's side (image/4 … image/32) must be a multiple of the window: 7 at 224, 4 at 128.
+    """
+    config = transformers.SwinConfig(
+        image_size=image,
+        window_size=window,
+        embed_dim=48,
+        depths=[2, 2, 2, 2],
+        num_heads=[3, 6, 12, 24],
+        num_labels=CLASSES,
+    )
+    return build(transformers.SwinForImageClassification, config, "logits", image)
+
+
+@register_model("hf_segformer", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 128})
+def hf_segformer(image: int = IMAGE) -> nn.Module:
+    """SegFormer-B0 with its decode head: efficient (spatially reduced) attention, Mix-FFN's
+    depthwise convolutions, an all-MLP decoder to 1/4-resolution class logits."""
+    config = transformers.SegformerConfig(image_size=image, num_labels=150)  # ADE20k's
+    return build(transformers.SegformerForSemanticSegmentation, config, "logits", image)
+
+
+@register_model("hf_mobilevit", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 128})
+def hf_mobilevit(image: int = IMAGE) -> nn.Module:
+    """MobileViT-XXS: MobileNetV2 blocks interleaved with transformers over unfolded patches."""
+    config = transformers.MobileViTConfig(
+        image_size=image,
+        hidden_sizes=[64, 80, 96],
+        neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320],
+        expand_ratio=2.0,
+        num_labels=CLASSES,
+    )
+    return build(transformers.MobileViTForImageClassification, config, "logits", image)
+
+
+@register_model("hf_levit", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 112})
+def hf_levit(image: int = IMAGE) -> nn.Module:
+    """LeViT-128S: convolutional stem, attention with learned position biases, BatchNorm
+    instead of LayerNorm, Hardswish."""
+    config = transformers.LevitConfig(
+        image_size=image,
+        hidden_sizes=[128, 256, 384],
+        num_attention_heads=[4, 6, 8],
+        depths=[2, 3, 4],
+        key_dim=[16, 16, 16],
+        num_labels=CLASSES,
+    )
+    return build(transformers.LevitForImageClassification, config, "logits", image)
+
+
+@register_model("hf_sam_encoder", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 128})
+def hf_sam_encoder(image: int = IMAGE) -> nn.Module:
+    """SAM's image encoder at ViT-Ti width, 4 blocks: windowed and global attention with
+    decomposed relative positions, a convolutional neck to 256 channels."""
+    config = transformers.SamVisionConfig(
+        image_size=image,
+        hidden_size=192,
+        num_hidden_layers=4,
+        num_attention_heads=3,
+        window_size=7,
+        global_attn_indexes=[1, 3],
+        initializer_range=0.02,  # the config's 1e-10 gives denormal outputs
+    )
+    return build(transformers.SamVisionModel, config, "last_hidden_state", image)

@@ -1,0 +1,82 @@
+"""One small member of the corpus of real architectures, on host and qemu-sme2, as CI runs it.
+
+A user project (an inner session, the way ``benchmarks/corpus.py`` runs the whole corpus)
+registers a scaled-down MobileNetV2 built from its transformers configuration — inverted
+residuals and depthwise convolutions that nobody here wrote — records baselines, then runs
+again unchanged and must pass. On qemu-sme2 the recorded baselines must hold instructions per
+operator for both variants. The corpus module is imported by this test only (and the inner
+sessions), never by the default suite's conftest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="needs the corpus extra: pip install -e '.[corpus]'")
+
+from benchmarks.corpus import portable_only, project, session
+
+MODEL = "ci_mobilenet_v2"
+#: fp32 only: the test's budget is 3 minutes on 2 cores (2 min 20 s measured, host and
+#: qemu-sme2); int8 exports each size again and doubles the emulated runs. benchmarks/corpus.py
+#: runs every corpus model in int8.
+DTYPES = ("fp32",)
+
+CONFTEST = f'''
+import transformers
+
+from benchmarks.corpus_models import build, image_inputs
+from pytest_sme2 import register_model
+
+IMAGE = 64
+
+
+def inputs(seed, image=IMAGE):
+    return image_inputs(seed, image)
+
+
+@register_model("{MODEL}", inputs=inputs, dtypes={DTYPES!r}, emulation={{"image": 32}})
+def {MODEL}(image=IMAGE):
+    """MobileNetV2 at width 0.35: what the corpus's MobileNetV2 stresses, in seconds."""
+    config = transformers.MobileNetV2Config(image_size=image, depth_multiplier=0.35, num_labels=100)
+    return build(transformers.MobileNetV2ForImageClassification, config, "logits", image)
+'''
+
+
+@pytest.mark.parametrize("device", ["host", "qemu-sme2"])
+def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_path: Path) -> None:
+    root = project(tmp_path / device, CONFTEST)
+    select = (f"--sme2-models={MODEL}", f"--sme2-dtypes={','.join(DTYPES)}")
+    passed = {f"{MODEL}-{dtype}": "passed" for dtype in DTYPES}
+
+    assert session(root, device, [*select, "--sme2-update-baselines"], "record") == passed
+    portable_only(root / "baselines")  # a shared 2-core VM judges no host time (README)
+    assert session(root, device, select, "rerun") == passed
+
+    for dtype in DTYPES:
+        stored = json.loads((root / "baselines" / device / f"{MODEL}-{dtype}.json").read_text())
+        for variant in stored["variants"].values():
+            assert variant["operators"], (dtype, variant)
+            if device == "qemu-sme2":
+                assert variant["operator_instructions"], (dtype, variant)
+
+
+def test_every_corpus_model_is_the_same_whatever_the_global_random_state() -> None:
+    """The export cache keys on the model built: a corpus model whose weights or BatchNorm
+    statistics drew from the global RNG (dropout and stochastic depth run while statistics are
+    estimated) would be another model, hence another export, in every session."""
+    import torch
+
+    from benchmarks.corpus import corpus_specs
+
+    for spec in corpus_specs():
+        built = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            built.append(spec.for_emulation().build().state_dict())
+        first, second = built
+        assert first.keys() == second.keys()
+        assert all(torch.equal(first[name], second[name]) for name in first), spec.name
