@@ -111,7 +111,8 @@ from pytest_sme2.tensors import read_tensors, write_tensors
 #: Bump when the export recipe changes in a way that changes programs (invalidates every entry).
 #: 2: the program is checked against the eager model it was lowered from (int8: the converted
 #: PT2E model) and the quantization error is stored; ``expected_outputs`` changed meaning.
-RECIPE_VERSION = "2"
+#: 3: the fp32 program-error tolerance (stored judged in each entry) widened to rel 1e-3.
+RECIPE_VERSION = "3"
 #: The seed of the example inputs the program is checked (and later profiled) on.
 EXAMPLE_SEED = 0
 #: Seeds of the inputs int8 quantization calibrates on (static: activation ranges).

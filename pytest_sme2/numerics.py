@@ -60,7 +60,9 @@ class Tolerance:
 #: init (MobileNetV2-, EfficientNet-B0- (squeeze-excite), ResNet-18-, ConvNeXt- and ViT-style;
 #: 128×128, random weights). Worst program errors measured, and what broken programs give:
 #:
-#: - fp32: ≤ 2.4e-6 of the output range (summation order): rel 1e-4 is 40× that.
+#: - fp32: ≤ 2.4e-6 of the output range (summation order) on those; the corpus of real
+#:   architectures (benchmarks/corpus.py, transformers configs) reaches 1.3e-4 on LeViT-128S,
+#:   whose attention logits reach ~580: rel 1e-3, 8× that and far below a wrong operator (≈ 1).
 #: - fp16: ≤ 3.0e-2 of the range against eager fp16 (MobileNetV2-style; mobilenet_v3_small
 #:   2.3e-2, the others ≤ 1.2e-2; PyTorch's CPU fp16 keeps fp32 inside ops, XNNPACK does not):
 #:   rel 0.08. ExecuTorch 1.5.1's fp16 LayerNorm (vit_tiny) is off by 1.02 of the range.
@@ -78,7 +80,7 @@ class Tolerance:
 #:   ≤ 0.16 of the range (MobileNetV2-style, whose quantization error is 0.22; the others
 #:   ≤ 0.05): rel 0.3.
 TOLERANCES: Mapping[str, Tolerance] = {
-    "fp32": Tolerance(abs=1e-5, rel=1e-4),
+    "fp32": Tolerance(abs=1e-5, rel=1e-3),
     "fp16": Tolerance(abs=1e-3, rel=0.08),
     "int8": Tolerance(abs=0.0, rel=0.35, steps=32.0),
     "int8-dynamic": Tolerance(abs=1e-3, rel=0.3),
