@@ -28,6 +28,7 @@ a second run reuses them (its export seconds are those recorded when they were m
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -38,11 +39,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import benchmarks.corpus_models as corpus  # noqa: E402  (registers the corpus)
 from pytest_sme2.cache import write_atomic  # noqa: E402
 from pytest_sme2.devices.registry import device_class  # noqa: E402
 from pytest_sme2.export import Artifact, load_cached  # noqa: E402
@@ -274,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--devices", default="host,qemu-sme2")
     parser.add_argument("--models", default=",".join(s.name for s in corpus_specs()))
-    parser.add_argument("--dtypes", default=",".join(corpus.DTYPES))
+    parser.add_argument("--dtypes", default=",".join(_corpus().DTYPES))
     parser.add_argument("--work", type=Path, default=None, help="keep the projects here")
     parser.add_argument(
         "--judge-time", action="store_true", help="re-run judges this machine's time records too"
@@ -323,9 +324,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _corpus() -> ModuleType:
+    """The corpus module, imported (which registers its models) only when asked for: importing
+    this script, as tests/test_corpus.py does, must not put the corpus into the registry of the
+    process, where a suite parametrized over every registered model would export it all."""
+    return importlib.import_module("benchmarks.corpus_models")
+
+
 def corpus_specs() -> list[ModelSpec]:
     """The models ``benchmarks/corpus_models.py`` registers, in its order."""
-    return [s for s in registered_models() if s.factory.__module__ == corpus.__name__]
+    name = _corpus().__name__
+    return [s for s in registered_models() if s.factory.__module__ == name]
 
 
 if __name__ == "__main__":

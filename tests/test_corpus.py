@@ -11,6 +11,7 @@ sessions), never by the default suite's conftest.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,11 +65,19 @@ def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_p
                 assert variant["operator_instructions"], (dtype, variant)
 
 
-def test_every_corpus_model_is_the_same_whatever_the_global_random_state() -> None:
+def test_every_corpus_model_is_the_same_whatever_the_global_random_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The export cache keys on the model built: a corpus model whose weights or BatchNorm
     statistics drew from the global RNG (dropout and stochastic depth run while statistics are
     estimated) would be another model, hence another export, in every session."""
     import torch
+
+    from pytest_sme2 import models
+
+    # the corpus registers into a copy: this worker's later tests see only the examples
+    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
+    monkeypatch.delitem(sys.modules, "benchmarks.corpus_models", raising=False)
 
     from benchmarks.corpus import corpus_specs
 
