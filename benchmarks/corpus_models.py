@@ -121,7 +121,7 @@ def hf_mobilenet_v2(image: int = IMAGE) -> nn.Module:
     return build(transformers.MobileNetV2ForImageClassification, config, "logits", image)
 
 
-@register_model("hf_efficientnet", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 96})
+@register_model("hf_efficientnet", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 64})
 def hf_efficientnet(image: int = IMAGE) -> nn.Module:
     """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU, depthwise 3×3 and 5×5."""
     config = transformers.EfficientNetConfig(
