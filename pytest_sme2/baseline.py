@@ -752,8 +752,9 @@ def kernel_selection_diff(
 ) -> tuple[list[str], list[str]]:
     """How the SME2 kernels per operator kind changed, one line per kind naming the kernels
     (kinds matched without their packing, ``PF32`` = ``F32``: a kind that fell back to NEON is
-    renamed); and the stored kinds that now run no SME2 kernel at all. ([], []) where ``stored``
-    has none (a baseline written before they were recorded)."""
+    renamed); and the stored kinds that now run no SME2 kernel at all although the model still
+    has them (a kind the user removed from the model is reported, not counted as gone). ([], [])
+    where ``stored`` has none (a baseline written before they were recorded)."""
     if not stored.operator_sme2_kernels:
         return [], []
 
@@ -761,6 +762,7 @@ def kernel_selection_diff(
         return {parse_op_name(kind).unpacked_key: (kind, names) for kind, names in kinds.items()}
 
     old, new = unpacked(stored.operator_sme2_kernels), unpacked(now.operator_sme2_kernels)
+    present = {parse_op_name(kind).unpacked_key for kind in now.operators}
     lines, gone = [], []
     for key in sorted({*old, *new}):
         kind, before = old[key] if key in old else (new[key][0], ())
@@ -769,7 +771,9 @@ def kernel_selection_diff(
             continue
         removed = [n for n in before if n not in after]
         added = [n for n in after if n not in before]
-        if not after:
+        if not after and key not in present:  # the user's model no longer has this kind
+            lines.append(f"{kind}: no longer in the model (it ran {', '.join(removed)})")
+        elif not after:
             gone.append(kind)
             lines.append(f"{kind}: SME2 kernel {', '.join(removed)} no longer runs, none does")
         elif not before:

@@ -628,3 +628,16 @@ def test_a_baseline_without_kernels_per_operator_judges_no_kernel_selection():
         )
     )
     assert "kernel-selection" not in verdicts
+
+
+def test_an_operator_kind_the_user_removed_is_reported_not_failed():
+    """Not a false red: the stored kind is gone from the model, not fallen back to NEON."""
+    removed = "Batch Matrix Multiply (NC, PF32) GEMM"
+    stored = from_measurement(_with_conv_kernels(removed, MOPA), TOL)
+    now = _with_conv_kernels(PF32_CONV, MOPA)
+    assert all(op.name != removed for op in now.variants[Variant.ON].profile.operators)
+    verdict = by_gate(judge(now, stored, Expectations(require_sme2_kernels=True), TOL))[
+        "kernel-selection"
+    ]
+    assert verdict.status is Status.PASS
+    assert f"{removed}: no longer in the model (it ran {MOPA})" in verdict.details
