@@ -174,14 +174,9 @@ def numerics(artifact: Artifact) -> tuple[str, str]:
     program = artifact.program_error
     if program is None:
         return quantized, "not checked"
-    error = (
-        f"{program.max_steps:.1f} steps"
-        if program.max_steps is not None
-        else f"rel {program.max_rel:.2g}"
-    )
     verdict = "ok" if program.ok else "REFUSED"
     degenerate = f", vacuous: {artifact.degenerate}" if artifact.degenerate else ""
-    return quantized, f"{error} {verdict}{degenerate}"
+    return quantized, f"{program.headline()} {verdict}{degenerate}"
 
 
 def per_operator(baselines: Path, device: str, case_id: str) -> str:

@@ -42,10 +42,11 @@ Numerics are checked for real, as two numbers with two meanings (:mod:`pytest_sm
   fp16 for fp16 (eager fp32 where PyTorch cannot run the model in fp16 on the CPU, the manifest
   says why), the converted (fake-quantized) PT2E model for int8 and int8-dynamic. A program that
   disagrees beyond its dtype's :data:`TOLERANCES` (static int8: counted in output quantization
-  steps, :func:`_output_steps`) — or returns any NaN/inf — raises :class:`NumericsError`; the entry
-  stays cached with its errors, so a re-run raises again in milliseconds instead of
-  re-exporting. Tolerances are applied when an entry is read, not baked into it, so changing
-  them needs no re-export.
+  steps, :func:`_output_steps`, and in the output's spread) — or returns any NaN/inf — raises
+  :class:`NumericsError`; the entry stays cached with its errors, so a re-run raises again in
+  milliseconds instead of re-exporting. Tolerances are applied when an entry is read, not baked
+  into it, so changing them needs no re-export; an entry checked before the errors it is judged
+  by were kept is run and compared again (:func:`_checked`).
 - the *quantization error*: that reduced-precision eager model against eager fp32, measured at
   export and stored in the manifest; shown, never judged (the user chose the model and its
   weights; random weights quantize worse than trained ones).
@@ -622,7 +623,7 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
             inputs=directory / files["inputs"],
             expected_outputs=directory / files["expected_outputs"],
             program_error=None
-            if numerics is None
+            if not _checked(numerics)
             else Numerics.judge(
                 [OutputError.from_json(output) for output in numerics["outputs"]],
                 TOLERANCES[dtype],
@@ -647,6 +648,13 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
     return artifact
 
 
+def _checked(numerics: Mapping[str, Any] | None) -> bool:
+    """Whether a manifest's program check is there and complete: one made before the RMS error
+    was kept (``rms_abs``, judged for static int8) is checked again — one host run, not a new
+    export — so no cached program is judged by less than the current rule."""
+    return numerics is not None and all("rms_abs" in output for output in numerics["outputs"])
+
+
 def _check_numerics(artifact: Artifact) -> Artifact:
     """Run the program in the native host runner, compare with the stored outputs of the eager
     model it was lowered from, and record the errors in the manifest. Needs no torch: the
@@ -657,7 +665,7 @@ def _check_numerics(artifact: Artifact) -> Artifact:
     with FileLock(str(artifact.directory) + ".lock"):
         manifest_path = artifact.directory / MANIFEST_NAME
         manifest = json.loads(manifest_path.read_text())
-        if manifest["numerics"] is not None:  # another process checked while we waited
+        if _checked(manifest["numerics"]):  # another process checked while we waited
             return _load(artifact.directory, model, dtype)
         started = time.perf_counter()
         try:

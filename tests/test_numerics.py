@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_sme2.numerics import (
+    TOLERANCES,
     Deviation,
     ExportNumerics,
     MismatchError,
@@ -120,3 +121,55 @@ def test_export_numerics_survive_json_with_nan_outputs() -> None:
     stored = json.dumps(numerics.to_json(), allow_nan=False)
     assert ExportNumerics.from_json(json.loads(stored)) == numerics
     assert "NaN/inf" in numerics.describe() and "quantization error" in numerics.describe()
+
+
+def test_static_int8_judges_the_rms_against_the_outputs_spread() -> None:
+    """Drift (zero-mean, a fraction of the spread) passes even with elements tens of steps off;
+    a program that computes something else fails on its RMS while no element is past 64 steps."""
+    int8 = TOLERANCES["int8"]
+    step = 0.01
+    rng = np.random.default_rng(0)
+    reference = rng.integers(-30, 31, (1, 1000)) * step  # spread ~17.6 steps
+    drift = reference + np.round(rng.normal(0.0, 5.3, reference.shape)) * step  # RMS 0.3 spread
+    (honest,) = compare_outputs([drift], [reference], steps=[step])
+    assert honest.max_steps is not None and honest.max_steps > 15  # the worst element strays far
+    assert honest.rms_spread == pytest.approx(0.3, abs=0.03)
+    assert honest.within(int8)
+    other = rng.permutation(reference.ravel()).reshape(reference.shape)  # uncorrelated
+    (wrong,) = compare_outputs([other], [reference], steps=[step])
+    assert wrong.max_steps is not None and wrong.max_steps <= int8.steps
+    assert wrong.rms_spread is not None and wrong.rms_spread > 1.2
+    assert not wrong.within(int8)
+    numerics = Numerics.judge([wrong], int8, reference="the converted int8 model")
+    assert not numerics.ok and numerics.rms_spread == wrong.rms_spread
+    assert (
+        f"RMS {numerics.rms_steps:.1f} steps = {wrong.rms_spread:.2f} of the output's spread"
+        in (numerics.describe())
+    )
+    assert "RMS 0.5 of the spread or 3 steps" in numerics.describe()
+    assert (
+        numerics.headline() == f"{wrong.max_steps:.1f} steps, RMS {wrong.rms_spread:.2f} of spread"
+    )
+
+
+def test_a_near_constant_int8_output_may_flip_a_few_steps() -> None:
+    """An output whose spread is under a step fails on no single rounding flip: the RMS floor."""
+    step = 0.01
+    reference = np.zeros((1, 100))
+    reference[0, 0] = step
+    flipped = reference.copy()
+    flipped[0, 1:3] = step
+    (error,) = compare_outputs([flipped], [reference], steps=[step])
+    assert error.rms_spread is not None and error.rms_spread > TOLERANCES["int8"].rms_spread
+    assert error.within(TOLERANCES["int8"])
+
+
+def test_records_made_before_the_rms_was_kept_still_load() -> None:
+    """An export manifest's output record from before: no ``rms_abs``: judged by its worst
+    element, and written back as it was."""
+    stored = {"max_abs": 0.2, "scale": 1.0, "step": 0.01}
+    old = OutputError.from_json(stored)
+    assert old.rms_abs is None and old.rms_spread is None
+    assert old.within(TOLERANCES["int8"]) and old.to_json() == stored
+    nan = OutputError(max_abs=math.inf, scale=1.0, step=0.01, rms_abs=math.inf, spread=0.3)
+    assert OutputError.from_json(json.loads(json.dumps(nan.to_json()))) == nan

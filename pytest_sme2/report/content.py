@@ -595,10 +595,7 @@ def numerics_text(m: Measurement) -> str:
     if numerics is None:
         return "—"
     program = numerics.program
-    if program.max_steps is not None:
-        text = f"program err {program.max_steps:.1f} steps"
-    else:
-        text = f"program err {program.max_rel:.1e} rel"
+    text = f"program err {program.headline()}"
     if numerics.quantization is not None:
         text += f", quantization err {numerics.quantization.max_rel:.1e} rel"
     vacuous = program.vacuous or (m.parity.vacuous if m.parity is not None else None)
