@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pytest_sme2 import progress
 from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
@@ -39,6 +40,11 @@ from pytest_sme2.trace import read_etdump
 
 if TYPE_CHECKING:
     from pytest_sme2.baseline import Baseline
+
+#: Seconds a measurement runs before it says which variant and step it is at: host cases take a
+#: few seconds and stay silent; one emulated real architecture (EfficientNet-B0, 64 px) runs
+#: over 10 minutes on qemu-sme2, which would otherwise pass without a word.
+QUIET_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -93,97 +99,110 @@ def measure(
     deadline (default: ``plan.timeout_s``, else the device's). ``expected_outputs`` (the export's
     eager outputs) are what every variant's outputs must match in count and shape. ``numerics``
     (what the export found of the program's numbers) is carried into the record for the
-    report."""
+    report. A measurement that takes over :data:`QUIET_S` says which variant and step it is at
+    (:mod:`pytest_sme2.progress`): one real architecture emulates for many minutes."""
     info = device.info()
-    deadline = deadline or Deadline(plan.timeout_s)
-    variants = info.variants
-    backends = delegate_backends(etrecord) if etrecord is not None else None
-    timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
-    reference_ms: list[float] = []
-    if info.time_meaningful:
-        traced_plan = RunPlan(
-            runs=plan.traced_runs,
-            warmup=plan.warmup,
-            threads=plan.threads,
-            traced=True,
-            timeout_s=deadline.seconds(plan.warmup + plan.traced_runs),
-        )
-        for index, runs in enumerate(plan.runs_per_round()):
-            order = variants if index % 2 == 0 else tuple(reversed(variants))
-            run_plan = RunPlan(
-                runs=runs,
+    with progress.task(
+        f"measure {model}[{dtype}] on {info.name}", remember=False, quiet_s=QUIET_S
+    ) as running:
+        deadline = deadline or Deadline(plan.timeout_s)
+        variants = info.variants
+        backends = delegate_backends(etrecord) if etrecord is not None else None
+        timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
+        reference_ms: list[float] = []
+        if info.time_meaningful:
+            traced_plan = RunPlan(
+                runs=plan.traced_runs,
                 warmup=plan.warmup,
                 threads=plan.threads,
-                traced=False,
-                timeout_s=deadline.seconds(plan.warmup + runs),
+                traced=True,
+                timeout_s=deadline.seconds(plan.warmup + plan.traced_runs),
             )
-            for variant in order:
-                workdir_round = workdir / f"{variant}-round{index}"
-                with _naming(info, variant):
-                    run = device.run(pte, inputs, variant, run_plan, workdir_round)
-                timing[variant].append(run)
-            if reference is not None:
-                ref_dir = workdir / f"reference-round{index}"
-                with _naming(info, variants[-1], "reference workload"):
-                    ref = device.run(*reference, variants[-1], run_plan, ref_dir)
-                reference_ms.extend(ref.latencies_ms)
-    else:
-        # Emulated time means nothing, and each inference costs seconds: one traced inference
-        # per variant gives the operator names, structure and outputs; the device's evidence run
-        # gives the instruction counts.
-        traced_plan = RunPlan(
-            runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=deadline.seconds(1)
-        )
-    expected = read_tensors(expected_outputs) if expected_outputs is not None else None
-    measured: dict[Variant, VariantMeasurement] = {}
-    for variant in variants:
-        with _naming(info, variant):
-            traced = device.run(pte, inputs, variant, traced_plan, workdir / f"{variant}-traced")
-            assert traced.etdump is not None, "a traced run always writes an ETDump"
-            trace = read_etdump(traced.etdump)
-            if expected is not None and traced.outputs is not None:
-                _check_outputs(traced.outputs, expected)
-        with _naming(info, variant, "evidence run"):
-            evidence = device.evidence(
-                pte,
-                inputs,
-                variant,
-                plan.threads,
-                workdir / f"{variant}-evidence",
-                timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
+            for index, runs in enumerate(plan.runs_per_round()):
+                order = variants if index % 2 == 0 else tuple(reversed(variants))
+                run_plan = RunPlan(
+                    runs=runs,
+                    warmup=plan.warmup,
+                    threads=plan.threads,
+                    traced=False,
+                    timeout_s=deadline.seconds(plan.warmup + runs),
+                )
+                for variant in order:
+                    workdir_round = workdir / f"{variant}-round{index}"
+                    with _naming(info, variant, running=running, stage="timing"):
+                        run = device.run(pte, inputs, variant, run_plan, workdir_round)
+                    timing[variant].append(run)
+                if reference is not None:
+                    ref_dir = workdir / f"reference-round{index}"
+                    with _naming(info, variants[-1], "reference workload", running=running):
+                        ref = device.run(*reference, variants[-1], run_plan, ref_dir)
+                    reference_ms.extend(ref.latencies_ms)
+        else:
+            # Emulated time means nothing, and each inference costs seconds: one traced inference
+            # per variant gives the operator names, structure and outputs; the device's evidence run
+            # gives the instruction counts.
+            traced_plan = RunPlan(
+                runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=deadline.seconds(1)
             )
-        counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
-        timed = timing[variant]
-        measured[variant] = VariantMeasurement(
-            variant=variant,
-            latencies_ms=tuple(ms for r in timed for ms in r.latencies_ms) or traced.latencies_ms,
-            timing_warmup=timed[0].warmup if timed else None,
-            # where time means nothing, the profile is the counted inference's instructions
-            profile=profile(counted, classifier=classifier, backends=backends, unit=INSTRUCTIONS)
-            if counted is not None
-            else profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
-            etdump=traced.etdump,
-            outputs=traced.outputs,
-            evidence=replace(evidence, instruction_trace=None) if evidence else None,
+        expected = read_tensors(expected_outputs) if expected_outputs is not None else None
+        measured: dict[Variant, VariantMeasurement] = {}
+        for variant in variants:
+            with _naming(info, variant, running=running, stage="traced run"):
+                traced = device.run(
+                    pte, inputs, variant, traced_plan, workdir / f"{variant}-traced"
+                )
+                assert traced.etdump is not None, "a traced run always writes an ETDump"
+                trace = read_etdump(traced.etdump)
+                if expected is not None and traced.outputs is not None:
+                    _check_outputs(traced.outputs, expected)
+            with _naming(info, variant, "evidence run", running=running):
+                evidence = device.evidence(
+                    pte,
+                    inputs,
+                    variant,
+                    plan.threads,
+                    workdir / f"{variant}-evidence",
+                    timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
+                )
+            counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
+            timed = timing[variant]
+            measured[variant] = VariantMeasurement(
+                variant=variant,
+                latencies_ms=tuple(ms for r in timed for ms in r.latencies_ms)
+                or traced.latencies_ms,
+                timing_warmup=timed[0].warmup if timed else None,
+                # where time means nothing, the profile is the counted inference's instructions
+                profile=profile(
+                    counted, classifier=classifier, backends=backends, unit=INSTRUCTIONS
+                )
+                if counted is not None
+                else profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
+                etdump=traced.etdump,
+                outputs=traced.outputs,
+                evidence=replace(evidence, instruction_trace=None) if evidence else None,
+            )
+        return Measurement(
+            parity=_parity(measured, model, dtype),
+            numerics=numerics,
+            reference_ms=tuple(reference_ms),
+            model=model,
+            dtype=dtype,
+            threads=plan.threads,
+            device=info,
+            variants=measured,
+            interleaved=len(variants) > 1,
+            overrides=dict(classifier.overrides) if classifier is not None else {},
         )
-    return Measurement(
-        parity=_parity(measured, model, dtype),
-        numerics=numerics,
-        reference_ms=tuple(reference_ms),
-        model=model,
-        dtype=dtype,
-        threads=plan.threads,
-        device=info,
-        variants=measured,
-        interleaved=len(variants) > 1,
-        overrides=dict(classifier.overrides) if classifier is not None else {},
-    )
 
 
 @contextmanager
-def _naming(info: DeviceInfo, variant: Variant, what: str = "") -> Iterator[None]:
+def _naming(
+    info: DeviceInfo, variant: Variant, what: str = "", *, running: progress.Task, stage: str = ""
+) -> Iterator[None]:
     """Prefix a failed run's error with the device and the variant (and what ran), so the one
-    line a test fails with says where it happened."""
+    line a test fails with says where it happened; ``running`` shows the step (``stage``, else
+    ``what``) while it runs."""
+    running.stage(f"{variant} {stage or what}")
     try:
         yield
     except (RunnerError, TraceError) as err:

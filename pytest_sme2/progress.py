@@ -1,4 +1,5 @@
-"""Progress of long work — exports, runner builds — while it runs, and what it cost.
+"""Progress of long work — exports, runner builds, slow measurements — while it runs, and what it
+cost.
 
 A cold session exports every case before its first test reports (``export.prefetch``), 6–96 s
 each for real architectures: 20 of them kept a terminal at ``test_zoo.py`` for 17 minutes with
@@ -78,9 +79,12 @@ class Finished:
 
 @dataclass
 class Task:
-    """One long step under way; :meth:`stage` says which stage it is at."""
+    """One long step under way; :meth:`stage` says which stage it is at. A task with
+    ``quiet_s`` is said only once it has run that long (``announced``)."""
 
     what: str
+    quiet_s: float = 0.0
+    announced: bool = False
     started: float = field(default_factory=time.monotonic)
     current: str = ""
     stage_started: float = field(default_factory=time.monotonic)
@@ -146,14 +150,19 @@ def take_finished() -> list[Finished]:
 
 
 @contextmanager
-def task(what: str, *, remember: bool = True) -> Iterator[Task]:
+def task(what: str, *, remember: bool = True, quiet_s: float = 0.0) -> Iterator[Task]:
     """Run a long step as a task named ``what``, reported while it runs and when it ends, and
     kept for the session's summary if ``remember`` (a wait for another process is not a cost of
-    its own: that process reports the work)."""
-    running = Task(what)
+    its own: that process reports the work).
+
+    With ``quiet_s``, nothing is said unless the task runs that long: for a step that is
+    usually quick but can take many minutes (a measurement: seconds on the host, up to 20
+    minutes of emulation for one real architecture on qemu-sme2)."""
+    running = Task(what, quiet_s=quiet_s, announced=not quiet_s)
     with _LOCK:
         _ACTIVE.append(running)
-        _write(f"{what} started", final=False)
+        if running.announced:
+            _write(f"{what} started", final=False)
         _start_ticker()
     failed = True
     try:
@@ -172,7 +181,8 @@ def task(what: str, *, remember: bool = True) -> Iterator[Task]:
             )
             if remember:
                 _FINISHED.append(done)
-            _write(done.describe(), final=True)
+            if running.announced:
+                _write(done.describe(), final=True)
         _WAKE.set()
 
 
@@ -228,5 +238,8 @@ def _tick() -> None:
             if not _ACTIVE:
                 _TICKER = None  # under the lock: the next task starts a new ticker
                 return
-            if _SINK is not None and (_SINK.live or now - _LAST_LINE >= HEARTBEAT_S):
-                _write(" › ".join(t.status(now) for t in _ACTIVE), final=False)
+            for quiet in _ACTIVE:
+                quiet.announced = quiet.announced or now - quiet.started >= quiet.quiet_s
+            said = [t for t in _ACTIVE if t.announced]
+            if said and _SINK is not None and (_SINK.live or now - _LAST_LINE >= HEARTBEAT_S):
+                _write(" › ".join(t.status(now) for t in said), final=False)

@@ -3,6 +3,8 @@ device with a real export (one variant) and, for parity, on real tensor files.""
 
 from __future__ import annotations
 
+import io
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import numpy as np
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
+from pytest_sme2 import measure as measure_module
+from pytest_sme2 import progress
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.errors import ConfigError, RunnerError
@@ -144,3 +148,23 @@ def test_outputs_that_do_not_fit_the_program_fail_naming_device_and_variant(tmp_
         f"the outputs do not fit the program: output 0 has shape {real.shape}, eager PyTorch's "
         f"is {real[..., :1].shape}" in str(failure.value)
     )
+
+
+def test_a_slow_measurement_says_which_variant_and_step_it_is_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real host measurement, with the quiet period at zero as if it had run long: every
+    step is said, and the end line has its seconds per step."""
+    sink = io.StringIO()
+    monkeypatch.setattr(progress, "_SINK", None)
+    monkeypatch.setattr(measure_module, "QUIET_S", 0.0)
+    progress.configure(sink)
+    device = HostDevice()
+    device.prepare()
+    measure_toy_cnn(device, MeasurePlan(runs=2, warmup=0, rounds=2, traced_runs=1), tmp_path)
+    end = sink.getvalue().splitlines()[-1]
+    assert re.search(
+        r"measure toy_cnn\[fp32\] on host \S+ s: sme2-off timing \S+, sme2-off traced run \S+, "
+        r"sme2-off evidence run \S+$",
+        end,
+    ), end

@@ -108,3 +108,26 @@ def test_finished_travels_as_json_and_the_summary_lists_the_slowest_first() -> N
         "export b[int8] 30.0 s: quantize 9.0, lower 20.0",
         "3 in all, 92.0 s (summed over processes)",
     ]
+
+
+def test_a_quiet_task_says_nothing_unless_it_runs_long(
+    sink: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.2)
+    progress.configure(sink)
+    with progress.task("measure quick[fp32] on host", remember=False, quiet_s=0.6) as running:
+        running.stage("sme2-off timing")
+    assert sink.getvalue() == ""
+    with progress.task("measure slow[fp32] on qemu-sme2", remember=False, quiet_s=0.6) as running:
+        running.stage("sme2-on evidence run")
+        time.sleep(1.2)
+    lines = sink.getvalue().splitlines()
+    assert lines and "started" not in sink.getvalue()
+    assert all(
+        re.search(r"measure slow\[fp32\] on qemu-sme2: sme2-on evidence run \d+ s \(\d+ s\)$", b)
+        for b in lines[:-1]
+    ), lines
+    assert re.search(
+        r"measure slow\[fp32\] on qemu-sme2 1\.\d s: sme2-on evidence run 1\.", lines[-1]
+    )
+    assert progress.take_finished() == []  # a measurement is no export's cost
