@@ -22,7 +22,7 @@ ViT-Ti, SegFormer-B0, MobileViT-XXS, LeViT-128S) or, where that costs more than 
 to export, a scaled-down config (ConvNeXt "atto" widths, Swin at half width, SAM's ViT encoder at
 ViT-Ti width with 4 blocks). On emulated devices every model runs a smaller image
 (``emulation``): under qemu an instruction costs ~100× and what is proven there does not depend
-on the image size.
+on the image size (EfficientNet also swaps its pooler for an equivalent one: see there).
 
 Not imported by the project's own suite: ``benchmarks/corpus.py`` runs it, and
 ``tests/test_corpus.py`` registers one small member.
@@ -121,9 +121,22 @@ def hf_mobilenet_v2(image: int = IMAGE) -> nn.Module:
     return build(transformers.MobileNetV2ForImageClassification, config, "logits", image)
 
 
-@register_model("hf_efficientnet", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 64})
-def hf_efficientnet(image: int = IMAGE) -> nn.Module:
-    """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU, depthwise 3×3 and 5×5."""
+@register_model(
+    "hf_efficientnet",
+    inputs=image_inputs,
+    dtypes=DTYPES,
+    emulation={"image": 64, "library_pooler": False},
+)
+def hf_efficientnet(image: int = IMAGE, library_pooler: bool = True) -> nn.Module:
+    """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU, depthwise 3×3 and 5×5.
+
+    The library pools with ``AvgPool2d(1280, ceil_mode=True)`` (its hidden size as the kernel):
+    a global mean that XNNPACK does not take, so ExecuTorch's portable ``avg_pool2d`` walks the
+    1280×1280 window for each of 1280 channels, and it is the model's bottleneck (72 % of an
+    emulated inference, 9.6 of 13.2 s; the corpus shows it on the host as "Other"). On emulated
+    devices, where its ~10⁹ instructions made one evidence run take over 10 minutes,
+    ``library_pooler=False`` puts the same mean as ``AdaptiveAvgPool2d(1)``, which XNNPACK runs.
+    """
     config = transformers.EfficientNetConfig(
         image_size=image,
         width_coefficient=1.0,  # the config's defaults are B7's
@@ -131,13 +144,17 @@ def hf_efficientnet(image: int = IMAGE) -> nn.Module:
         hidden_dim=1280,
         num_labels=CLASSES,
     )
-    return build(
+    model = build(
         transformers.EfficientNetForImageClassification,
         config,
         "logits",
         image,
         initialise=fan_out_convolutions,
     )
+    if not library_pooler:
+        trunk = next(m for m in model.modules() if isinstance(m, transformers.EfficientNetModel))
+        trunk.pooler = nn.AdaptiveAvgPool2d(1)
+    return model
 
 
 @register_model("hf_resnet18", inputs=image_inputs, dtypes=DTYPES, emulation={"image": 64})

@@ -89,3 +89,29 @@ def test_every_corpus_model_is_the_same_whatever_the_global_random_state(
         first, second = built
         assert first.keys() == second.keys()
         assert all(torch.equal(first[name], second[name]) for name in first), spec.name
+
+
+def test_emulated_efficientnet_pools_as_the_library_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On emulated devices EfficientNet swaps the library's pooler (a 1280×1280 ``AvgPool2d``
+    that ExecuTorch runs in its portable kernel for minutes under qemu) for a global mean: the
+    model must compute exactly what the library's does."""
+    import torch
+
+    from pytest_sme2 import models
+
+    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
+    monkeypatch.delitem(sys.modules, "benchmarks.corpus_models", raising=False)
+
+    from benchmarks.corpus import corpus_specs
+    from benchmarks.corpus_models import hf_efficientnet, image_inputs
+
+    (spec,) = (s for s in corpus_specs() if s.name == "hf_efficientnet")
+    emulated, library = spec.for_emulation().build(), hf_efficientnet(64)
+    pixels = image_inputs(0, 64)
+    with torch.no_grad():
+        assert torch.equal(emulated(*pixels), library(*pixels))
+    windows = [
+        sum(isinstance(m, torch.nn.AvgPool2d) for m in model.modules())
+        for model in (emulated, library)
+    ]
+    assert windows == [0, 1]
