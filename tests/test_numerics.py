@@ -147,9 +147,11 @@ def test_static_int8_judges_the_rms_against_the_outputs_spread() -> None:
         in (numerics.describe())
     )
     assert "RMS 0.5 of the spread or 3 steps" in numerics.describe()
-    assert (
-        numerics.headline() == f"{wrong.max_steps:.1f} steps, RMS {wrong.rms_spread:.2f} of spread"
+    headline = (
+        f"{wrong.max_steps:.1f} steps, RMS {numerics.rms_steps:.1f} steps = "
+        f"{wrong.rms_spread:.2f} of spread"
     )
+    assert numerics.headline() == headline
 
 
 def test_a_near_constant_int8_output_may_flip_a_few_steps() -> None:
