@@ -8,6 +8,7 @@ here); later runs hit the cache (``cache_root()/qemu-sme2``).
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_sme2 import progress
+from pytest_sme2.devices import provision
 from pytest_sme2.devices.provision import (
     HWCAP2_SME,
     HWCAP2_SME2,
@@ -98,6 +101,31 @@ def test_provisioning_is_idempotent(toolchain: QemuToolchain) -> None:
     entries = sorted(toolchain.qemu.parent.parent.iterdir())
     assert provision_qemu(log=lambda _: None) == toolchain
     assert sorted(toolchain.qemu.parent.parent.iterdir()) == entries
+
+
+def test_provisioning_that_takes_long_says_its_steps(
+    toolchain: QemuToolchain, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh machine spends minutes on apt and downloads: provisioning says which step it is
+    at (here with the quiet period at zero, as if the cached steps had taken long); a cached
+    one says nothing."""
+    sink = io.StringIO()
+    monkeypatch.setattr(progress, "_SINK", None)
+    monkeypatch.setattr(progress, "_FINISHED", [])
+    progress.configure(sink)
+    assert provision_qemu(log=lambda _: None) == toolchain
+    assert sink.getvalue() == "" and progress.take_finished() == []
+    monkeypatch.setattr(provision, "PROVISION_QUIET_S", 0.0)
+    assert provision_qemu(log=lambda _: None) == toolchain
+    (done,) = progress.take_finished()
+    assert done.what == "provision qemu-sme2"
+    assert [stage for stage, _ in done.stages] == [
+        "cross compilers",
+        "probe tools",
+        "qemu-user",
+        "aarch64 executorch wheel",
+    ]
+    assert sink.getvalue().splitlines()[-1].endswith(done.describe())
 
 
 def test_user_supplied_qemu_is_verified_and_used(

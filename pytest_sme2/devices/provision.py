@@ -38,6 +38,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from pytest_sme2 import progress
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.devices.qemu_log import QEMU_LOG_FLAGS
 from pytest_sme2.errors import ConfigError, RunnerError, Sme2Error
@@ -64,6 +65,9 @@ _WHEEL_PLATFORM = "manylinux_2_28_aarch64"
 # package lists, and a download (qemu-user's .deb, the ~100 MB aarch64 executorch wheel) or a
 # package installation.
 _PROBE_TIMEOUT_S = 30
+#: Seconds provisioning runs before it says which step it is at: a provisioned cache answers in
+#: well under that; a fresh machine spends minutes on apt and downloads (``progress``).
+PROVISION_QUIET_S = 3.0
 _COMPILE_TIMEOUT_S = 120
 _APT_UPDATE_TIMEOUT_S = 300
 _DOWNLOAD_TIMEOUT_S = 900
@@ -126,21 +130,26 @@ def provision_qemu(
     """
     root = cache_root() / "qemu-sme2"
     root.mkdir(parents=True, exist_ok=True)
-    cc, cxx = _cross_compilers(root, log)
-    tools = cached_dir(root / f"tools-{_tools_key(cc)}", lambda tmp: _build_tools(tmp, cc))
-    shim, probe = tools / "hide_sme.so", tools / "hwcap_probe"
-    if qemu is None and os.environ.get(QEMU_ENV):
-        qemu = Path(os.environ[QEMU_ENV])
-    if qemu is not None:
-        qemu_path = qemu.expanduser().resolve()
-        version = _verified_user_qemu(qemu_path, shim, probe)
-    else:
-        entry = cached_dir(
-            root / f"qemu-{content_key('qemu-user', _BACKPORTS, _host_arch())}",
-            lambda tmp: _fetch_qemu(tmp, shim, probe, log),
-        )
-        qemu_path, version = entry / "qemu-aarch64", (entry / "version").read_text().strip()
-    executorch_dir = _aarch64_wheel(root, log)
+    with progress.task("provision qemu-sme2", quiet_s=PROVISION_QUIET_S) as running:
+        running.stage("cross compilers")
+        cc, cxx = _cross_compilers(root, log)
+        running.stage("probe tools")
+        tools = cached_dir(root / f"tools-{_tools_key(cc)}", lambda tmp: _build_tools(tmp, cc))
+        shim, probe = tools / "hide_sme.so", tools / "hwcap_probe"
+        running.stage("qemu-user")
+        if qemu is None and os.environ.get(QEMU_ENV):
+            qemu = Path(os.environ[QEMU_ENV])
+        if qemu is not None:
+            qemu_path = qemu.expanduser().resolve()
+            version = _verified_user_qemu(qemu_path, shim, probe)
+        else:
+            entry = cached_dir(
+                root / f"qemu-{content_key('qemu-user', _BACKPORTS, _host_arch())}",
+                lambda tmp: _fetch_qemu(tmp, shim, probe, log),
+            )
+            qemu_path, version = entry / "qemu-aarch64", (entry / "version").read_text().strip()
+        running.stage("aarch64 executorch wheel")
+        executorch_dir = _aarch64_wheel(root, log)
     return QemuToolchain(
         qemu=qemu_path,
         qemu_version=version,
