@@ -263,10 +263,17 @@ class Numerics:
         vacuous: str | None = None,
     ) -> Numerics:
         steps = _worst([e.max_steps for e in errors]) if tolerance.steps else None
-        rms = tolerance.rms_spread and steps is not None
-        rms_steps = _worst([e.rms_steps for e in errors]) if rms else None
-        rms_spread = _worst([e.rms_spread for e in errors if e.step]) if rms else None
-        judged_rms = rms_steps is not None and rms_spread is not None
+        # the RMS shown is one output's, the worst for its spread: "RMS 10.2 steps = 0.32 of
+        # spread" speaks of a single output, as the outputs' steps and spreads differ
+        judged = [
+            (e.rms_spread, e.rms_steps)
+            for e in errors
+            if tolerance.steps
+            and tolerance.rms_spread
+            and e.rms_steps is not None
+            and e.rms_spread is not None
+        ]
+        rms_spread, rms_steps = max(judged) if judged else (None, None)
         return cls(
             max_abs=max(e.max_abs for e in errors),
             max_rel=max(e.max_rel for e in errors),
@@ -277,10 +284,10 @@ class Numerics:
             tolerance_steps=tolerance.steps if steps is not None else 0.0,
             reference=reference,
             vacuous=vacuous,
-            rms_steps=rms_steps if judged_rms else None,
-            rms_spread=rms_spread if judged_rms else None,
-            tolerance_rms_spread=tolerance.rms_spread if judged_rms else 0.0,
-            tolerance_rms_steps=tolerance.rms_steps if judged_rms else 0.0,
+            rms_steps=rms_steps,
+            rms_spread=rms_spread,
+            tolerance_rms_spread=tolerance.rms_spread if judged else 0.0,
+            tolerance_rms_steps=tolerance.rms_steps if judged else 0.0,
         )
 
     def headline(self) -> str:
