@@ -79,7 +79,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -113,7 +113,8 @@ from pytest_sme2.tensors import read_tensors, write_tensors
 #: 2: the program is checked against the eager model it was lowered from (int8: the converted
 #: PT2E model) and the quantization error is stored; ``expected_outputs`` changed meaning.
 #: 3: the fp32 program-error tolerance (stored judged in each entry) widened to rel 1e-3.
-RECIPE_VERSION = "3"
+#: 4: mutable buffers stored with their initial values; eager references leave state untouched.
+RECIPE_VERSION = "4"
 #: The seed of the example inputs the program is checked (and later profiled) on.
 EXAMPLE_SEED = 0
 #: Seeds of the inputs int8 quantization calibrates on (static: activation ranges).
@@ -745,7 +746,8 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) ->
             else:
                 program_inputs, program_model = example, model
             fp32_inputs = tuple(t.float() if t.is_floating_point() else t for t in program_inputs)
-            fp32_outputs = _tensors(model(*fp32_inputs), "outputs")
+            with _state_kept(model):
+                fp32_outputs = _tensors(model(*fp32_inputs), "outputs")
         eager = [t.float().numpy() for t in fp32_outputs]
         if not all(torch.isfinite(t).all() for t in fp32_outputs):
             raise ValueError(
@@ -754,7 +756,8 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) ->
             )
         reference = _Reference("eager fp32 PyTorch", fp32_outputs)
         if dtype == "fp16":
-            reference = _fp16_reference(program_model, program_inputs, reference)
+            with _state_kept(program_model):
+                reference = _fp16_reference(program_model, program_inputs, reference)
 
     with stages.stage("torch.export"):
         exported = torch.export.export(program_model, program_inputs)
@@ -772,12 +775,14 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) ->
                     is_per_channel=True, is_dynamic=dtype == "int8-dynamic"
                 )
             )
+            # the model's own buffers: PT2E adds observers, whose values calibration must keep
+            state = {name for name, _ in program_model.named_buffers()}
             prepared = prepare_pt2e(exported.module(), quantizer)
-            with torch.no_grad():
+            with torch.no_grad(), _state_kept(prepared, state):
                 for seed in CALIBRATION_SEEDS:
                     prepared(*spec.example_inputs(seed))
             quantized = convert_pt2e(prepared)
-            with torch.no_grad():
+            with torch.no_grad(), _state_kept(quantized, state):
                 reference = _Reference(
                     f"the converted {dtype} PT2E model (eager, fake-quantized)",
                     _tensors(quantized(*program_inputs), "outputs"),
@@ -794,7 +799,17 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) ->
             exported, partitioner=[XnnpackPartitioner()], generate_etrecord=True
         )
     with stages.stage("to_executorch"):
-        program = edge.to_executorch()
+        from executorch.exir import ExecutorchBackendConfig
+        from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+        # ExecuTorch stores a mutable buffer's shape but not its value unless asked: the program
+        # would start from zeros (a KV cache the model filled, a position counter) where the eager
+        # model starts from its buffers, and compute another inference than the one checked.
+        signature = edge.exported_program().graph_signature
+        written = set(signature.buffers_to_mutate.values())
+        mutated = sorted(p for p, fqn in signature.inputs_to_buffers.items() if fqn in written)
+        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(mutated)])
+        program = edge.to_executorch(config=config if mutated else None)
 
     stem = f"{spec.name}_xnnpack_{dtype}"  # the reference kit's <model>_xnnpack_<dtype>.pte
     files = {
@@ -843,6 +858,30 @@ def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) ->
         "numerics": None,
     }
     write_atomic(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+
+
+@contextmanager
+def _state_kept(module: Any, names: Collection[str] | None = None) -> Iterator[None]:
+    """Run eager references and calibration without moving the model's state: a stateful model
+    (a KV cache or counter written in place) would otherwise be exported, and checked, at the
+    state those runs left rather than the one it was built with.
+
+    ``names`` limits it to those buffers: a PT2E-prepared model's observers are buffers too, and
+    what calibration writes there is the point of calibrating."""
+    import torch
+
+    saved = {
+        name: buffer.detach().clone()
+        for name, buffer in module.named_buffers()
+        if names is None or name in names
+    }
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in module.named_buffers():
+                if name in saved:
+                    buffer.copy_(saved[name])
 
 
 @dataclass(frozen=True)

@@ -373,3 +373,53 @@ def test_timeout(runner: Path, programs: dict[str, Program], tmp_path: Path) -> 
 def test_bad_plan() -> None:
     with pytest.raises(ConfigError, match="runs must be >= 1"):
         RunPlan(runs=0)
+
+
+def _lookup() -> Any:
+    """An embedding lookup: token ids in, as every text model starts."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 4)).eval()
+
+
+def _token_ids(seed: int) -> tuple[Any, ...]:
+    import torch
+
+    return (torch.randint(0, 16, (1, 6), generator=torch.Generator().manual_seed(seed)),)
+
+
+LOOKUP = ModelSpec(
+    name="runner_lookup",
+    factory=_lookup,
+    inputs=_token_ids,
+    description=_lookup.__doc__ or "",
+    dtypes=("fp32",),
+)
+
+
+def test_a_kernel_failure_says_why_and_keeps_the_log(runner: Path, tmp_path: Path) -> None:
+    """A token id past the vocabulary: the failure line carries the kernel's failed check (not
+    ExecuTorch's per-argument dump after it), and the whole output stays in the run directory."""
+    artifact = export_model(LOOKUP, "fp32")
+    ids = read_tensors(artifact.inputs)[0].copy()
+    ids[0, 3] = 99
+    inputs = tmp_path / "out_of_range.tensors"
+    write_tensors(inputs, [ids])
+    with pytest.raises(RunnerError) as failed:
+        run_runner(runner, artifact.pte, tmp_path / "run", RunPlan(runs=1), inputs=inputs)
+    message = str(failed.value)
+    assert "Check failed" in message and "99" in message
+    assert "with type id" not in message
+    assert f"full log: {tmp_path / 'run' / 'runner.log'}" in message
+    log = (tmp_path / "run" / "runner.log").read_text()
+    assert "Check failed" in log and "error: execution 1 of 2" in log
+
+
+def test_a_successful_run_keeps_its_log(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    run_runner(
+        runner, programs["fp32"].pte, tmp_path, RunPlan(runs=2), inputs=programs["fp32"].inputs
+    )
+    assert "Model executed successfully 2 time(s)" in (tmp_path / "runner.log").read_text()

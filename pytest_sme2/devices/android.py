@@ -46,6 +46,7 @@ from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError
 from pytest_sme2.runner.invoke import (
     DEFAULT_TIMEOUT_S,
     ETDUMP_NAME,
+    LOG_NAME,
     OUTPUTS_NAME,
     TIMINGS_NAME,
     RunPlan,
@@ -55,6 +56,8 @@ from pytest_sme2.runner.invoke import (
     run_process,
     run_step,
     runner_command,
+    runner_tail,
+    save_log,
 )
 
 DEFAULT_DEVICE_DIR = "/data/local/tmp/pytest-sme2"
@@ -643,7 +646,7 @@ class AndroidDevice(Device):
             bundle.directory, argv, preload=preload, cpu_mask=self.cpu_mask, pid_file=pid_file
         )
         workdir.mkdir(parents=True, exist_ok=True)
-        for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOGCAT_NAME):
+        for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOGCAT_NAME, LOG_NAME):
             (workdir / name).unlink(missing_ok=True)
         self._shell(f"mkdir -p {shlex.quote(str(remote_dir))}")
         self._adb("logcat", "-c", check=False)  # some devices refuse; the log is then longer
@@ -652,6 +655,7 @@ class AndroidDevice(Device):
         except DeviceHung as hung:
             raise DeviceHung(f"{hung}; {self._kill_remote(pid_file)}") from None
         log = result.stdout + result.stderr
+        save_log(workdir, log)
         remote = (str(self.adb), "-s", self.serial, "shell", command)
         shown = shlex.join(remote)
         if result.returncode != 0:
@@ -700,8 +704,9 @@ class AndroidDevice(Device):
         log_path.write_text(logcat.stdout)
         last = _tail(logcat.stdout, lines=2)
         raise RunnerError(
-            f"runner {_exit_reason(code)} on android device {self.serial}: {_tail(said)}; "
-            f"device log: {log_path} (ends: {last}); command: {shown}"
+            f"runner {_exit_reason(code)} on android device {self.serial}: {runner_tail(said)}; "
+            f"full log: {workdir / LOG_NAME}; device log: {log_path} (ends: {last}); "
+            f"command: {shown}"
         )
 
     def evidence(

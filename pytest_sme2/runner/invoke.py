@@ -34,8 +34,12 @@ ANSWER_TIMEOUT_S = 15.0
 TIMINGS_NAME = "timings.json"
 ETDUMP_NAME = "run.etdp"
 OUTPUTS_NAME = "outputs.tensors"
+#: The runner's stdout and stderr, kept in the run directory whatever the run's outcome: a
+#: failure line carries the last of it, the file all of it (a kernel's check that failed).
+LOG_NAME = "runner.log"
 # ExecuTorch's log lines at error level: "E 00:00:00.001678 executorch:program.cpp:114] ..."
 _ET_ERROR_LOG = re.compile(r"^E \d\d:\d\d:\d\d")
+_ARGUMENT_DUMP = re.compile(r"^arg \d+ with type id \d+$")
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ def run_runner(
     is ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME):
+    for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
     command = (
         *prefix,
@@ -137,17 +141,21 @@ def run_runner(
     try:
         proc = run_process(command, timeout_s=deadline, env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired as err:
-        said = _tail(err.stderr or "")
+        said = runner_tail(err.stderr or "")
+        saved = save_log(workdir, f"{err.stdout or ''}{err.stderr or ''}")
         raise RunnerError(
             f"the runner did not finish within its {deadline:g} s deadline (--sme2-timeout): "
-            f"killed it and its process group; last output: {said}; command: {shown}"
+            f"killed it and its process group; last output: {said}; full log: {saved}; "
+            f"command: {shown}"
         ) from None
     except OSError as err:
         raise RunnerError(f"cannot start the runner ({err.strerror}); command: {shown}") from err
     log = proc.stdout + proc.stderr
+    saved = save_log(workdir, log)
     if proc.returncode != 0:
         raise RunnerError(
-            f"runner {exit_reason(proc.returncode)}: {_tail(proc.stderr)}; command: {shown}"
+            f"runner {exit_reason(proc.returncode)}: {runner_tail(proc.stderr)}; "
+            f"full log: {saved}; command: {shown}"
         )
 
     return collect_result(workdir, plan, log, command, want_outputs=want_outputs)
@@ -236,7 +244,7 @@ def run_step(
     try:
         return run_process(command, timeout_s=timeout_s, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as err:
-        said = _tail(err.stderr or err.stdout or "")
+        said = runner_tail(err.stderr or err.stdout or "")
         raise RunnerError(
             f"{what} did not finish within its {timeout_s:g} s deadline: killed it; "
             f"last output: {said}; command: {shown}"
@@ -261,14 +269,25 @@ def exit_reason(returncode: int) -> str:
     return f"failed (exit {returncode})"
 
 
-def _tail(stderr: str, lines: int = 3) -> str:
-    """The runner's stderr as one line: its ``error:`` line with the last ExecuTorch error log
-    line before it (the runtime's own detail), else the last lines."""
+def save_log(workdir: Path, log: str) -> Path:
+    """Keep a run's output as ``runner.log`` in its run directory; its path."""
+    path = workdir / LOG_NAME
+    path.write_text(log)
+    return path
+
+
+def runner_tail(stderr: str, lines: int = 3) -> str:
+    """The runner's stderr as one line: its ``error:`` line after the runtime's own error log
+    lines that say why (a kernel's failed check, the operator that failed), else the last lines.
+
+    ExecuTorch follows a failed kernel call with one ``arg N with type id T`` line per argument;
+    those are dropped, or they would push the failed check out of the line."""
     text = [line.strip() for line in stderr.splitlines() if line.strip()]
     ours = [line for line in text if line.startswith("error:")]
     if ours:
         runtime = [line.split("] ", 1)[-1] for line in text if _ET_ERROR_LOG.match(line)]
-        return " | ".join(runtime[-1:] + ours[-1:])
+        telling = [line for line in runtime if not _ARGUMENT_DUMP.match(line)]
+        return " | ".join(telling[-(lines - 1) :] + ours[-1:])
     return " | ".join(text[-lines:]) or "(no output on stderr)"
 
 

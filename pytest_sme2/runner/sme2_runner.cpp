@@ -9,7 +9,15 @@
 //   --timings F   JSON: per-execution wall-clock latencies (steady clock around Method::execute)
 //   --method M    the method to run (default: forward)
 // Without --etdump_path no event tracer is attached at all, so timing-only latencies carry no
-// tracing overhead. Every failure prints one `error:` line naming what failed (with the
+// tracing overhead.
+//
+// Every execution is the same inference. A program may write over its own inputs while it runs
+// (the memory plan reuses an input's planned bytes after its last use) and a decode step mutates
+// its KV-cache buffers, so running `execute()` N times on inputs set once measures N different
+// inferences, and token ids overwritten with booleans crash an embedding. Before each execution,
+// outside the timed `Method::execute`, the runner therefore restores the planned memory to its
+// state right after `load_method` (mutable buffers at their initial values) and sets every input
+// again from an untouched copy. Every failure prints one `error:` line naming what failed (with the
 // ExecuTorch error name and code) and exits non-zero; nothing here aborts on a bad file.
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
@@ -373,18 +381,22 @@ std::string shape_string(const std::vector<int64_t>& dims) {
   return text + "]";
 }
 
-// Owns a tensor's data and the metadata arrays a TensorImpl points at, for the whole run (a
-// non-memory-planned input keeps pointing at the caller's data).
+// Owns a tensor's data and the metadata arrays a TensorImpl points at, for the whole run. `host`
+// is never handed to the program: `working` is, refilled from `host` before every execution, since
+// a non-memory-planned input keeps pointing at the data it was given and the program may write
+// there.
 struct BoundInput {
   HostTensor host;
+  std::vector<uint8_t> working;
   std::vector<TensorImpl::SizesType> sizes;
   std::vector<TensorImpl::DimOrderType> dim_order;
   std::vector<TensorImpl::StridesType> strides;
   std::unique_ptr<TensorImpl> impl;
+  std::vector<int64_t> expected;  // the program's planned shape, for error messages
 };
 
-std::vector<std::unique_ptr<BoundInput>> set_inputs(Method& method, const MethodMeta& meta,
-                                                    const Options& options) {
+std::vector<std::unique_ptr<BoundInput>> bind_inputs(const MethodMeta& meta,
+                                                     const Options& options) {
   std::vector<std::unique_ptr<BoundInput>> bound;
   if (meta.num_inputs() == 0) {
     return bound;
@@ -432,19 +444,47 @@ std::vector<std::unique_ptr<BoundInput>> set_inputs(Method& method, const Method
     for (size_t d = ndim; d-- > 1;) {
       input->strides[d - 1] = input->strides[d] * input->sizes[d];
     }
-    input->impl = std::make_unique<TensorImpl>(
-        host.dtype, static_cast<ssize_t>(ndim), input->sizes.data(),
-        const_cast<uint8_t*>(input->host.data.data()), input->dim_order.data(),
-        input->strides.data());
-    const Error error = method.set_input(EValue(Tensor(input->impl.get())), i);
-    if (error != Error::Ok) {
-      fail("set_input(" + std::to_string(i) + ") with shape " + shape_string(host.dims) +
-           " (program expects " + shape_string(expected) + ") failed: " + describe(error));
-    }
+    input->working = host.data;
+    input->impl = std::make_unique<TensorImpl>(host.dtype, static_cast<ssize_t>(ndim),
+                                               input->sizes.data(), input->working.data(),
+                                               input->dim_order.data(), input->strides.data());
+    input->expected = std::move(expected);
     bound.push_back(std::move(input));
   }
   return bound;
 }
+
+// Sets every input from its untouched copy (see the file comment: the program may have written
+// over the previous execution's).
+void set_inputs(Method& method, const std::vector<std::unique_ptr<BoundInput>>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    BoundInput& input = *inputs[i];
+    std::memcpy(input.working.data(), input.host.data.data(), input.host.data.size());
+    const Error error = method.set_input(EValue(Tensor(input.impl.get())), i);
+    if (error != Error::Ok) {
+      fail("set_input(" + std::to_string(i) + ") with shape " + shape_string(input.host.dims) +
+           " (program expects " + shape_string(input.expected) + ") failed: " + describe(error));
+    }
+  }
+}
+
+// The planned memory as `load_method` left it: mutable buffers (a KV cache) hold their initial
+// state from the program, the rest is scratch. Restoring it before each execution makes a
+// stateful method run the same step every time; for a stateless one it is a copy outside the
+// timed region, cheaper than an inference (the arena is what one inference touches).
+class PlannedState {
+ public:
+  explicit PlannedState(const std::vector<std::vector<uint8_t>>& buffers) : initial_(buffers) {}
+
+  void restore(std::vector<std::vector<uint8_t>>& buffers) const {
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      std::memcpy(buffers[i].data(), initial_[i].data(), buffers[i].size());
+    }
+  }
+
+ private:
+  const std::vector<std::vector<uint8_t>> initial_;
+};
 
 // ---- timings ----------------------------------------------------------------------------------
 
@@ -563,12 +603,15 @@ int run(const Options& options) {
                          "load_method('" + options.method + "')");
   const double load_ms = ms_since(load_start);
 
-  const auto bound_inputs = set_inputs(method, meta, options);
+  const auto bound_inputs = bind_inputs(meta, options);
+  const PlannedState initial_state(planned_buffers);
 
   const long total = options.warmup + options.num_executions;
   std::vector<double> latencies_ms;
   latencies_ms.reserve(static_cast<size_t>(total));
   for (long i = 0; i < total; ++i) {
+    initial_state.restore(planned_buffers);
+    set_inputs(method, bound_inputs);
     const auto start = std::chrono::steady_clock::now();
     const Error error = method.execute();
     latencies_ms.push_back(ms_since(start));
