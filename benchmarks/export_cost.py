@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import models  # noqa: E402, F401  (registers the examples)
-from pytest_sme2 import export  # noqa: E402
+from pytest_sme2 import export, program_key, recipes  # noqa: E402
 from pytest_sme2.errors import ExportError  # noqa: E402
 from pytest_sme2.models import ModelSpec, get_model, registered_models  # noqa: E402
 
@@ -53,11 +53,11 @@ BARE_STAGES = ("build model", "torch.export", "quantize", "lower", "to_executorc
 
 def ours(spec: ModelSpec, dtype: str) -> dict[str, float]:
     """Seconds of a cold ``export_model``, in all and per stage."""
-    export._FINGERPRINTS.clear()
+    program_key._FINGERPRINTS.clear()
     export._FAILURES.clear()
     with tempfile.TemporaryDirectory(prefix="sme2-export-cost-") as cache:
         started = time.perf_counter()
-        export.artifact_key(spec, dtype)
+        program_key.artifact_key(spec, dtype)
         keyed = time.perf_counter()
         artifact = export.export_model(spec, dtype, cache_dir=Path(cache))
         total = time.perf_counter() - started
@@ -84,7 +84,7 @@ def bare(spec: ModelSpec, dtype: str) -> dict[str, float]:
     warnings.simplefilter("ignore")  # the libraries' deprecations: ours silences them too
     started = time.perf_counter()
     model = timed("build model", spec.build)
-    inputs = spec.example_inputs(export.EXAMPLE_SEED)
+    inputs = spec.example_inputs(recipes.EXAMPLE_SEED)
     exported = timed("torch.export", lambda: torch.export.export(model, inputs))
     if dtype == "int8":
 
@@ -100,7 +100,7 @@ def bare(spec: ModelSpec, dtype: str) -> dict[str, float]:
             )
             prepared = prepare_pt2e(exported.module(), quantizer)
             with torch.no_grad():
-                for seed in export.CALIBRATION_SEEDS:
+                for seed in recipes.CALIBRATION_SEEDS:
                     prepared(*spec.example_inputs(seed))
             return convert_pt2e(prepared)
 

@@ -60,7 +60,11 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("threads", "1", "CPU threads: one number or a comma-separated list (1,2)"),
     Option("models", "", "comma-separated model names to run (default: all registered)"),
-    Option("dtypes", "", f"comma-separated dtypes to run (default: all of {', '.join(DTYPES)})"),
+    Option(
+        "dtypes",
+        "",
+        f"comma-separated dtypes to run (default: each model's own; known: {', '.join(DTYPES)})",
+    ),
     Option("baseline-dir", "baselines", "directory of stored baselines, relative to the rootdir"),
     Option("update-baselines", False, "write/refresh baselines instead of failing on them", "bool"),
     Option("strict", False, "treat a skipped gate (device cannot measure it) as a failure", "bool"),

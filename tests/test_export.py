@@ -29,12 +29,12 @@ from pytest_sme2.export import (
     MANIFEST_NAME,
     STAGES,
     artifact_dir,
-    artifact_key,
     export_model,
     load_cached,
 )
 from pytest_sme2.models import ModelSpec, get_model
 from pytest_sme2.numerics import TOLERANCES, DegenerateOutputWarning
+from pytest_sme2.program_key import artifact_key
 from pytest_sme2.tensors import read_tensors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -361,20 +361,20 @@ def test_fp16_is_compared_with_eager_fp32_where_pytorch_cannot_run_it_saying_why
     with eager fp32, and the reference says so and why."""
     import torch
 
-    from pytest_sme2.export import _fp16_reference, _Reference
+    from pytest_sme2.recipes import Reference, fp16_reference
 
     class Inverse(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.linalg.inv(x)
 
     x = torch.eye(4) * 2
-    fp32 = _Reference("eager fp32 PyTorch", (Inverse()(x),))
-    reference = _fp16_reference(Inverse(), (x.half(),), fp32)
+    fp32 = Reference("eager fp32 PyTorch", (Inverse()(x),))
+    reference = fp16_reference(Inverse(), (x.half(),), fp32)
     assert reference.outputs is fp32.outputs
     assert reference.what.startswith(
         "eager fp32 PyTorch (eager fp16 fails on the CPU: RuntimeError: linalg.inv: "
     )
-    assert _fp16_reference(torch.nn.ReLU(), (x.half(),), fp32).what == "eager fp16 PyTorch"
+    assert fp16_reference(torch.nn.ReLU(), (x.half(),), fp32).what == "eager fp16 PyTorch"
 
 
 # --- the cache ----------------------------------------------------------------------------------

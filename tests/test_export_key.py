@@ -28,9 +28,10 @@ import pytest
 torch = pytest.importorskip("torch")
 executorch = pytest.importorskip("executorch")
 
-from pytest_sme2 import export  # noqa: E402
-from pytest_sme2.export import artifact_key, export_model, program_fingerprint  # noqa: E402
+from pytest_sme2 import program_key, quiet  # noqa: E402
+from pytest_sme2.export import export_model  # noqa: E402
 from pytest_sme2.models import ModelSpec  # noqa: E402
+from pytest_sme2.program_key import artifact_key, program_fingerprint  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
@@ -113,7 +114,7 @@ def load_project(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], M
     saved = {name: sys.modules.get(name) for name in ("usernet", "user_factory")}
 
     def load(directory: Path) -> ModelSpec:
-        monkeypatch.setattr(export, "_FINGERPRINTS", {})
+        monkeypatch.setattr(program_key, "_FINGERPRINTS", {})
         for name in saved:
             _import_as(name, directory / f"{name}.py")
         factory = sys.modules["user_factory"]
@@ -253,7 +254,7 @@ KEY_SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import user_factory
-from pytest_sme2.export import artifact_key
+from pytest_sme2.program_key import artifact_key
 from pytest_sme2.models import ModelSpec
 spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
 print(artifact_key(spec, "fp32"))
@@ -342,7 +343,7 @@ def test_an_export_drops_the_libraries_log_records_and_keeps_the_users(
     with caplog.at_level(logging.DEBUG):
         export_model(spec, "fp32", cache_dir=tmp_path)
         handlers = logging.getLogger().handlers
-        assert not [f for h in handlers for f in h.filters if isinstance(f, export._LibraryRecords)]
+        assert not [f for h in handlers for f in h.filters if isinstance(f, quiet.LibraryRecords)]
     libraries = [*torch.__path__, *executorch.__path__]
     kept = [(r.name, r.getMessage()) for r in caplog.records]
     assert kept == [
@@ -368,13 +369,13 @@ def test_the_log_filter_judges_records_by_their_library(
     name: str, level: int, pathname: str, kept: bool
 ) -> None:
     record = logging.LogRecord(name, level, pathname, 1, "message", None, None)
-    assert export._LibraryRecords().filter(record) is kept
+    assert quiet.LibraryRecords().filter(record) is kept
 
 
 def test_the_log_filter_drops_root_records_from_library_files() -> None:
     inside = os.path.join(next(iter(executorch.__path__)), "exir", "backend", "x.py")
     record = logging.LogRecord("root", logging.DEBUG, inside, 1, "graph", None, None)
-    assert export._LibraryRecords().filter(record) is False
+    assert quiet.LibraryRecords().filter(record) is False
 
 
 # --- end to end: a user project's change fails the next run -------------------------------------

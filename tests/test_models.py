@@ -15,8 +15,8 @@ import models  # noqa: E402  (registers the examples; needs torch)
 from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
 from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny  # noqa: E402
 from pytest_sme2.errors import ConfigError  # noqa: E402
-from pytest_sme2.export import program_fingerprint  # noqa: E402
 from pytest_sme2.models import ModelSpec, get_model, register_model  # noqa: E402
+from pytest_sme2.program_key import program_fingerprint  # noqa: E402
 
 #: What each example model returns for its example inputs (batch 1).
 OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
