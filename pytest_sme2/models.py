@@ -24,8 +24,11 @@ from typing import Any
 
 from pytest_sme2.errors import ConfigError
 
-#: Every dtype the export stage knows; a model may restrict itself to a subset.
-DTYPES: tuple[str, ...] = ("fp32", "fp16", "int8", "int8-dynamic")
+#: Every dtype the export stage knows (:mod:`pytest_sme2.recipes`).
+DTYPES: tuple[str, ...] = ("fp32", "fp16", "int8", "int8-dynamic", "8da4w")
+#: The dtypes a model is registered with unless it names its own: 8da4w (4-bit weights on the
+#: linear layers) is what LLMs ship in, and a model opts into it.
+DEFAULT_DTYPES: tuple[str, ...] = ("fp32", "fp16", "int8", "int8-dynamic")
 
 ModuleFactory = Callable[..., Any]  # (**params) -> torch.nn.Module
 InputsFactory = Callable[..., tuple[Any, ...]]  # (seed, **params) -> tuple of torch.Tensor
@@ -38,7 +41,7 @@ class ModelSpec:
     """A registered model: how to build it and how to make its inputs.
 
     The export cache keys on what ``build`` returns and what ``example_inputs`` makes (see
-    :func:`pytest_sme2.export.program_fingerprint`), so both must give the same result on every
+    :func:`pytest_sme2.program_key.program_fingerprint`), so both must give the same result on every
     call: seed weights and inputs, or every session exports afresh.
     """
 
@@ -46,11 +49,14 @@ class ModelSpec:
     factory: ModuleFactory
     inputs: InputsFactory
     description: str
-    dtypes: tuple[str, ...] = DTYPES
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES
     #: Keyword arguments this spec builds the model and its inputs with; () = their defaults.
     params: Params = ()
     #: The params to use on emulated devices (see the module docstring); () = as on hardware.
     emulation_params: Params = ()
+    #: Tokens one inference processes (a language model's prefill: its prompt; a decode step:
+    #: 1), or the name of the factory parameter that holds it; None: not a token model.
+    tokens: int | str | None = None
 
     def build(self) -> Any:
         """The model (``torch.nn.Module``), built with this spec's params."""
@@ -59,6 +65,17 @@ class ModelSpec:
     def example_inputs(self, seed: int) -> tuple[Any, ...]:
         """Seeded inputs for the model, made with this spec's params."""
         return self.inputs(seed, **dict(self.params))
+
+    @property
+    def tokens_per_inference(self) -> int | None:
+        """How many tokens one inference processes, with this spec's params (tokens/s)."""
+        if self.tokens is None or isinstance(self.tokens, int):
+            return self.tokens
+        params = dict(self.params)
+        if self.tokens in params:
+            return int(params[self.tokens])
+        default = inspect.signature(self.factory).parameters[self.tokens].default
+        return int(default)
 
     def for_emulation(self) -> ModelSpec:
         """This model as an emulated device runs it: built with its emulation params."""
@@ -75,15 +92,18 @@ def register_model(
     name: str,
     *,
     inputs: InputsFactory,
-    dtypes: Iterable[str] = DTYPES,
+    dtypes: Iterable[str] = DEFAULT_DTYPES,
     emulation: Mapping[str, int | float | str] | None = None,
+    tokens: int | str | None = None,
 ) -> Callable[[ModuleFactory], ModuleFactory]:
     """Register ``factory`` under ``name``; its docstring says what the model stresses.
 
     ``emulation`` holds keyword arguments for both ``factory`` and ``inputs`` on emulated
-    devices, e.g. ``{"image": 112}``. Whatever the factory reads (other modules, weights or
-    config files, environment variables) needs no declaring: the export cache keys on the model
-    it builds.
+    devices, e.g. ``{"image": 112}``. ``tokens`` makes reports show throughput in tokens/s
+    (instructions per token where time is emulated): the tokens one inference processes, or the
+    name of the factory parameter that holds it (``"prompt"``). Whatever the factory reads
+    (other modules, weights or config files, environment variables) needs no declaring: the
+    export cache keys on the model it builds.
     """
     dtypes = tuple(dtypes)
     unknown = sorted(set(dtypes) - set(DTYPES))
@@ -91,6 +111,10 @@ def register_model(
         raise ConfigError(f"model {name!r}: unknown dtype(s) {unknown}; known: {list(DTYPES)}")
 
     def decorate(factory: ModuleFactory) -> ModuleFactory:
+        if isinstance(tokens, str) and tokens not in inspect.signature(factory).parameters:
+            raise ConfigError(
+                f"model {name!r}: tokens={tokens!r} names no parameter of {factory.__name__}"
+            )
         origin = inspect.getsourcefile(factory)
         if name in _ORIGINS and _ORIGINS[name] != origin:
             raise ConfigError(
@@ -105,6 +129,7 @@ def register_model(
             description=inspect.cleandoc(factory.__doc__ or "").split("\n\n")[0],
             dtypes=dtypes,
             emulation_params=tuple(sorted((emulation or {}).items())),
+            tokens=tokens,
         )
         return factory
 
