@@ -4,6 +4,6 @@ Each module registers one model with :func:`pytest_sme2.models.register_model`; 
 says what the model stresses in a profile.
 """
 
-from models import mobilenet_v3_small, squeezesam_like, toy_cnn, vit_tiny
+from models import mobilenet_v3_small, squeezesam_like, tiny_llama, toy_cnn, vit_tiny
 
-__all__ = ["mobilenet_v3_small", "squeezesam_like", "toy_cnn", "vit_tiny"]
+__all__ = ["mobilenet_v3_small", "squeezesam_like", "tiny_llama", "toy_cnn", "vit_tiny"]

@@ -91,6 +91,7 @@ def measure(
     deadline: Deadline | None = None,
     expected_outputs: Path | None = None,
     numerics: ExportNumerics | None = None,
+    tokens: int | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
     each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
@@ -98,9 +99,10 @@ def measure(
     ``etrecord`` names the backend of delegated operators. ``deadline`` sets each runner call's
     deadline (default: ``plan.timeout_s``, else the device's). ``expected_outputs`` (the export's
     eager outputs) are what every variant's outputs must match in count and shape. ``numerics``
-    (what the export found of the program's numbers) is carried into the record for the
-    report. A measurement that takes over :data:`QUIET_S` says which variant and step it is at
-    (:mod:`pytest_sme2.progress`): one real architecture emulates for many minutes."""
+    (what the export found of the program's numbers) and ``tokens`` (per inference, for
+    tokens/s) are carried into the record for the report. A measurement that takes over
+    :data:`QUIET_S` says which variant and step it is at (:mod:`pytest_sme2.progress`): one real
+    architecture emulates for many minutes."""
     info = device.info()
     with progress.task(
         f"measure {model}[{dtype}] on {info.name}", remember=False, quiet_s=QUIET_S
@@ -192,6 +194,7 @@ def measure(
             variants=measured,
             interleaved=len(variants) > 1,
             overrides=dict(classifier.overrides) if classifier is not None else {},
+            tokens=tokens,
         )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_sme2.errors import ConfigError
@@ -57,6 +57,10 @@ class ModelSpec:
     #: Tokens one inference processes (a language model's prefill: its prompt; a decode step:
     #: 1), or the name of the factory parameter that holds it; None: not a token model.
     tokens: int | str | None = None
+    #: ``sme2`` marker keywords this model sets itself, per dtype (``"*"``: every dtype): what
+    #: only the model's author knows (a phase's speedup floor, a dtype with no SME2 kernel yet).
+    #: They win over the test's marker for this model's cases.
+    expect: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
 
     def build(self) -> Any:
         """The model (``torch.nn.Module``), built with this spec's params."""
@@ -77,6 +81,11 @@ class ModelSpec:
         default = inspect.signature(self.factory).parameters[self.tokens].default
         return int(default)
 
+    def expectations(self, dtype: str) -> dict[str, Any]:
+        """The marker keywords this model sets for ``dtype``: its ``"*"`` ones, then the
+        dtype's own."""
+        return {**self.expect.get("*", {}), **self.expect.get(dtype, {})}
+
     def for_emulation(self) -> ModelSpec:
         """This model as an emulated device runs it: built with its emulation params."""
         return replace(self, params=self.emulation_params) if self.emulation_params else self
@@ -95,13 +104,17 @@ def register_model(
     dtypes: Iterable[str] = DEFAULT_DTYPES,
     emulation: Mapping[str, int | float | str] | None = None,
     tokens: int | str | None = None,
+    expect: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Callable[[ModuleFactory], ModuleFactory]:
     """Register ``factory`` under ``name``; its docstring says what the model stresses.
 
     ``emulation`` holds keyword arguments for both ``factory`` and ``inputs`` on emulated
     devices, e.g. ``{"image": 112}``. ``tokens`` makes reports show throughput in tokens/s
     (instructions per token where time is emulated): the tokens one inference processes, or the
-    name of the factory parameter that holds it (``"prompt"``). Whatever the factory reads
+    name of the factory parameter that holds it (``"prompt"``). ``expect`` holds ``sme2``
+    marker keywords per dtype (``"*"`` for all), e.g. ``{"*": {"instruction_ratio_floor": 3}}``:
+    they win over the test's marker for this model, and are checked when tests are collected.
+    Whatever the factory reads
     (other modules, weights or config files, environment variables) needs no declaring: the
     export cache keys on the model it builds.
     """
@@ -109,6 +122,11 @@ def register_model(
     unknown = sorted(set(dtypes) - set(DTYPES))
     if unknown:
         raise ConfigError(f"model {name!r}: unknown dtype(s) {unknown}; known: {list(DTYPES)}")
+    stray = sorted(set(expect or {}) - {"*", *dtypes})
+    if stray:
+        raise ConfigError(
+            f"model {name!r}: expect names {stray}, which are not its dtypes {list(dtypes)} or '*'"
+        )
 
     def decorate(factory: ModuleFactory) -> ModuleFactory:
         if isinstance(tokens, str) and tokens not in inspect.signature(factory).parameters:
@@ -130,6 +148,7 @@ def register_model(
             dtypes=dtypes,
             emulation_params=tuple(sorted((emulation or {}).items())),
             tokens=tokens,
+            expect={key: dict(value) for key, value in (expect or {}).items()},
         )
         return factory
 

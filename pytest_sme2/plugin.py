@@ -216,8 +216,9 @@ def _test_id(item: pytest.Item) -> str:
 
 
 def _expectations(node: pytest.Item) -> Expectations:
-    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key;
-    a ConfigError naming the test, the keyword and the value for a mistake."""
+    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key,
+    then the case's model's own (``register_model(expect=...)``) over them; a ConfigError naming
+    the test (or model), the keyword and the value for a mistake."""
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.gates import Expectations
 
@@ -228,10 +229,16 @@ def _expectations(node: pytest.Item) -> Expectations:
                 f"{_test_id(node)}: @pytest.mark.sme2{marker.args!r}: takes keyword arguments only"
             )
         kwargs.update(marker.kwargs)
+    callspec = getattr(node, "callspec", None)
+    case = callspec.params.get("sme2_case") if callspec is not None else None
+    where = f"{_test_id(node)}: @pytest.mark.sme2"
+    if case is not None and case.model.expectations(case.dtype):
+        kwargs.update(case.model.expectations(case.dtype))
+        where += f" with register_model({case.model.name!r}, expect=...)"
     try:
         return Expectations.from_marker(kwargs)
     except ConfigError as err:
-        raise ConfigError(f"{_test_id(node)}: @pytest.mark.sme2 {err}") from None
+        raise ConfigError(f"{where} {err}") from None
 
 
 @pytest.fixture(scope="session")
@@ -367,6 +374,7 @@ def sme2_measure(
                 deadline=deadline,
                 expected_outputs=sme2_artifact.expected_outputs,
                 numerics=sme2_artifact.numerics,
+                tokens=sme2_case.model.tokens_per_inference,
             )
 
     def measure_case(label: str) -> Measurement:

@@ -96,6 +96,9 @@ class Measurement:
     #: what the export found of the program's numbers (program and quantization error,
     #: degenerate outputs); None where the measurement was not made from a checked export
     numerics: ExportNumerics | None = None
+    #: tokens one inference processes (a language model's phase: prompt length, or 1 for a
+    #: decode step); None for a model without tokens
+    tokens: int | None = None
     comparison: Comparison | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +148,7 @@ class Measurement:
             "numerics": None if self.numerics is None else self.numerics.to_json(),
             "reference_ms": list(self.reference_ms),
             "overrides": dict(self.overrides),
+            "tokens": self.tokens,
         }
 
     @classmethod
@@ -164,6 +168,7 @@ class Measurement:
             else ExportNumerics.from_json(data["numerics"]),
             reference_ms=tuple(data["reference_ms"]),
             overrides=dict(data["overrides"]),
+            tokens=data.get("tokens"),
         )
 
 

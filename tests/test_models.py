@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import models  # noqa: E402  (registers the examples; needs torch)
+import models  # noqa: E402, F401  (registers the examples; needs torch)
 from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
 from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny  # noqa: E402
 from pytest_sme2.errors import ConfigError  # noqa: E402
@@ -24,13 +24,17 @@ OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "mobilenet_v3_small": [(1, 1000)],
     "vit_tiny": [(1, 1000)],
     "squeezesam_like": [(1, 3, 256, 256), (1, 3)],
+    "tiny_llama_prefill": [(1, 8192)],
+    "tiny_llama_decode": [(1, 8192)],
 }
 #: The same, built with the emulation params of the models that have them.
 EMULATION_OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "vit_tiny": [(1, 1000)],
     "squeezesam_like": [(1, 3, 128, 128), (1, 3)],
+    "tiny_llama_prefill": [(1, 8192)],
+    "tiny_llama_decode": [(1, 8192)],
 }
-EXAMPLES = [get_model(name) for name in models.__all__]
+EXAMPLES = [get_model(name) for name in sorted(OUTPUT_SHAPES)]
 #: Every example spec as hardware runs it and, where it differs, as an emulator runs it.
 BUILDS = EXAMPLES + [s.for_emulation() for s in EXAMPLES if s.emulation_params]
 
@@ -46,7 +50,9 @@ def _outputs(spec: ModelSpec, seed: int = 0) -> tuple[torch.Tensor, ...]:
 
 
 def test_every_example_model_is_registered_and_described() -> None:
-    assert sorted(OUTPUT_SHAPES) == sorted(spec.name for spec in EXAMPLES)
+    from pytest_sme2.models import registered_models
+
+    assert sorted(OUTPUT_SHAPES) == sorted(spec.name for spec in registered_models())
     for spec in EXAMPLES:
         assert spec.description, f"{spec.name}: the factory needs a docstring"
 
@@ -82,6 +88,9 @@ def test_inputs_are_seeded_and_real_looking(spec: ModelSpec) -> None:
     assert all(torch.equal(a, b) for a, b in zip(zero, again, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(zero, one, strict=True))
     for tensor in zero:
+        if not tensor.is_floating_point():  # token ids and positions
+            assert tensor.dtype == torch.int64 and tensor.min() >= 0
+            continue
         assert tensor.dtype == torch.float32
         assert tensor.unique().numel() > 100, "inputs must not be (nearly) constant"
 
@@ -132,7 +141,8 @@ def test_vit_tiny_matches_its_configuration() -> None:
 
 
 def test_emulation_builds_are_the_models_with_smaller_inputs() -> None:
-    """An emulated device runs the same layers on fewer pixels, and caches them apart."""
+    """An emulated device runs the same kinds of layers on fewer pixels or tokens (a decoder:
+    fewer of its blocks too), and caches them apart."""
     assert sorted(spec.name for spec in EXAMPLES if spec.emulation_params) == sorted(
         EMULATION_OUTPUT_SHAPES
     )
@@ -144,11 +154,14 @@ def test_emulation_builds_are_the_models_with_smaller_inputs() -> None:
         assert emulated.params == spec.emulation_params
         assert program_fingerprint(emulated) != program_fingerprint(spec)
         full, small = spec.build(), emulated.build()
-        assert [name for name, _ in full.named_modules()] == [
-            name for name, _ in small.named_modules()
-        ]
-        (full_input, *_), (small_input, *_) = spec.example_inputs(0), emulated.example_inputs(0)
-        assert small_input.numel() < full_input.numel()
+        assert {type(m) for m in full.modules()} == {type(m) for m in small.modules()}
+        full_cost = sum(p.numel() for p in full.parameters()) * sum(
+            t.numel() for t in spec.example_inputs(0)
+        )
+        small_cost = sum(p.numel() for p in small.parameters()) * sum(
+            t.numel() for t in emulated.example_inputs(0)
+        )
+        assert small_cost < full_cost
 
 
 def test_a_name_registered_from_another_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,3 +178,40 @@ def test_a_name_registered_from_another_file_is_refused(monkeypatch: pytest.Monk
         match=r"'twice' is registered twice \(\S*vit_tiny.py and \S*mobilenet_v3_small.py\)",
     ):
         register(mobilenet_v3_small)
+
+
+def test_a_phase_says_how_many_tokens_an_inference_processes() -> None:
+    prefill, decode = get_model("tiny_llama_prefill"), get_model("tiny_llama_decode")
+    assert prefill.tokens_per_inference == 64 and decode.tokens_per_inference == 1
+    assert prefill.for_emulation().tokens_per_inference == 16
+    assert get_model("toy_cnn").tokens_per_inference is None
+
+
+def test_the_decode_step_starts_from_a_filled_cache() -> None:
+    """Its cache holds the prompt's keys up to its position and nothing after; the prefill's is
+    empty. The decode step's logits are not those of the same token without the prompt."""
+    prefill = get_model("tiny_llama_prefill").build()
+    decode = get_model("tiny_llama_decode").build()
+    cache = decode.layers[0].attention.k_cache
+    assert cache[:, :, :64].abs().sum() > 0 and cache[:, :, 64:].abs().sum() == 0
+    assert prefill.layers[0].attention.k_cache.abs().sum() == 0
+    token, position = get_model("tiny_llama_decode").example_inputs(0)
+    with torch.no_grad():
+        alone = prefill(token, torch.zeros(1, dtype=torch.int64))
+        after_prompt = decode(token, position)
+    assert not torch.allclose(alone, after_prompt)
+
+
+def test_tokens_must_name_a_parameter_and_expect_a_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_sme2 import models as registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_ORIGINS", {})
+    with pytest.raises(ConfigError, match=r"tokens='prompt' names no parameter of vit_tiny"):
+        register_model("bad_tokens", inputs=tokens, tokens="prompt")(vit_tiny)
+    with pytest.raises(ConfigError, match=r"expect names \['int4'\], which are not its dtypes"):
+        register_model("bad_expect", inputs=tokens, expect={"int4": {"speedup_floor": 2}})
+    register_model("floors", inputs=tokens, dtypes=("fp32",), expect={"*": {"speedup_floor": 2}})(
+        vit_tiny
+    )
+    assert get_model("floors").expectations("fp32") == {"speedup_floor": 2}

@@ -416,3 +416,29 @@ def test_marker_mistakes_are_collection_errors_before_anything_is_exported(
     )
     assert "Traceback" not in out and "2 errors during collection" in out
     assert not [p for p in cache.rglob("*") if p.suffix in (".pte", ".etrecord")]
+
+
+def test_a_models_own_expectations_win_over_the_tests_marker(pytester, monkeypatch, tmp_path):
+    """The test asks for a Convolution share below 1 %, which these convolution nets cannot meet;
+    plug_a's registration lifts it for itself (and only itself): plug_a passes, plug_b fails. A
+    mistake in a model's ``expect`` is a collection error naming the model."""
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))
+    conftest = CONFTEST.format(size=48).replace(
+        '@register_model("plug_a", inputs=_inputs, dtypes=("fp32",))',
+        '@register_model("plug_a", inputs=_inputs, dtypes=("fp32",), '
+        'expect={"*": {"max_share": {"Convolution": 1.0}}})',
+    )
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_suite=SUITE.format(marker='max_share={"Convolution": 0.01}'))
+    result = run(pytester, "--sme2-update-baselines")
+    result.assert_outcomes(passed=1, failed=1)
+    assert re.search(
+        r"FAILED test_suite.py::test_model\[plug_b-fp32\].*Convolution share", result.stdout.str()
+    )
+    pytester.makeconftest(conftest.replace('"Convolution": 1.0', '"Convolution": "all"'))
+    broken = run(pytester)
+    broken.assert_outcomes(errors=1)
+    assert (
+        "test_suite.py::test_model: @pytest.mark.sme2 with register_model('plug_a', expect=...) "
+        "max_share={'Convolution': 'all'}" in broken.stdout.str()
+    )

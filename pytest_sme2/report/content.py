@@ -720,13 +720,20 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
             return e2e_text(m, variant)
         return ms(timing_stats(m, variant).median_ms)
 
-    return {
+    from pytest_sme2.report.throughput import per_token_text  # it builds on this module
+
+    row = {
         "model": m.model,
         "dtype": m.dtype,
         "device": m.device.name + (f" t{m.threads}" if m.threads != 1 else ""),
         "E2E off ms": median(Variant.OFF),
         "E2E on ms": median(Variant.ON),
         "speedup": speedup_text(m),
+    }
+    if m.tokens:  # a language model's phase: its throughput as users compare it
+        row["per token (on)"] = per_token_text(m, head)
+    return {
+        **row,
         "top category": f"{top} {100 * shares[top]:.0f}% ({head})",
         "latency gate sees": latency_sensitivity(verdicts),
         "numerics": numerics_text(m),

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pytest_sme2.gates import Verdict
 from pytest_sme2.report import content as c
 from pytest_sme2.report.charts import data_uri
+from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.result import Measurement
 
 #: Extra result-table columns: (header, CSS column name), in order.
@@ -94,6 +95,10 @@ def extra_html(
         parts.append(
             f"<h4>Latency ({html.escape(c.latency_source(m))})</h4>" + c.latency_table(m).html()
         )
+    tokens = throughput_table(m)
+    if tokens is not None:
+        line = phase_line(m) or ""
+        parts.append(f"<h4>Throughput</h4>{tokens.html()}<p>{html.escape(line)}</p>")
     parts.append(
         f"<h4>Categories (mean {html.escape(c.unit(m))} per traced run)</h4>"
         + c.category_table(m).html()

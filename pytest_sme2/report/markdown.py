@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Verdict
 from pytest_sme2.report import content as c
+from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.result import Measurement
 
 
@@ -73,6 +74,9 @@ def case_report(
     else:
         parts.append(_section(f"Latency (E2E per run, {c.latency_source(m)})", *latency))
 
+    tokens = throughput_table(m)
+    if tokens is not None:
+        parts.append(_section("Throughput", tokens.markdown(), phase_line(m) or ""))
     parts.append(
         _section(
             f"Category breakdown (mean {c.unit(m)} per traced run, share of E2E)",

@@ -26,7 +26,8 @@ def summary_lines(rows: Sequence[dict[str, str]], skipped: Sequence[str]) -> lis
 
     if not rows:
         return []
-    lines = pd.DataFrame(list(rows)).to_string(index=False).splitlines()
+    # a column only some rows have (tokens per second: language models only) reads "—" elsewhere
+    lines = pd.DataFrame(list(rows)).fillna("—").to_string(index=False).splitlines()
     return lines + [f"skipped gate: {reason}" for reason in skipped]
 
 
