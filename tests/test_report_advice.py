@@ -81,7 +81,7 @@ def test_an_operator_on_neon_beside_sme2_layers_of_its_weight_type_is_named_apar
     assert advice.sme2_path_advice(m) == [
         "GEMM-like operators that ran no SME2 kernel with SME2 on (exec log), though other "
         "layers of their weight type did: Fully Connected (NC, F16) GEMM (66.7%). XNNPACK chose "
-        "another kernel for their shape; the kernel view shows which."
+        "another kernel for them (by shape or input type); the kernel view shows which."
     ]
 
 

@@ -149,7 +149,7 @@ def sme2_path_advice(m: Measurement) -> list[str]:
         advice.append(
             f"GEMM-like operators that ran no SME2 kernel with SME2 on ({evidence.source}), "
             f"though other layers of their weight type did: {_named(other)}. XNNPACK chose "
-            "another kernel for their shape; the kernel view shows which."
+            "another kernel for them (by shape or input type); the kernel view shows which."
         )
     for op in gemm_like:
         functions = kinds.get(op.name, {})
