@@ -57,6 +57,7 @@ from pytest_sme2.baseline import (
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.kernels import layers_without_sme2
 from pytest_sme2.measure import fastest
 from pytest_sme2.numerics import DEGENERATE_ADVICE
 from pytest_sme2.ops import parse_op_name
@@ -293,6 +294,9 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
     ``PF16``, ``PQS8``) in the SME2-on trace, and, where the device shows them (qemu's exec log,
     XNNPACK's kernel log), executed SME2 kernels. Names alone cannot tell SME1 from SME2 and say
     nothing for dynamic int8; kernels alone would miss a dtype whose operators fell back to NEON.
+    Where the device shows kernels per operator (qemu-sme2), every weight type of GEMM-like
+    layers must also have run one (:func:`pytest_sme2.kernels.layers_without_sme2`): an SME2
+    kernel in an fp32 layer must not pass a case whose 8da4w layers all ran NEON.
     """
     if not exp.require_sme2_kernels:
         return []
@@ -330,6 +334,17 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
             ]
         proofs.append(f"{expected} operators ran: {', '.join(named)}")
     if on.evidence is not None:
+        if on.evidence.operator_kernels:
+            missing = layers_without_sme2(
+                on.evidence.operator_kernels,
+                on.evidence.instructions
+                or sum(op.instructions for op in on.evidence.operator_kernels),
+            )
+            if missing:
+                # an SME2 kernel elsewhere (a PF32 layer beside 8da4w's QB4W ones) proves
+                # nothing for these layers
+                sentences = "; ".join(group.sentence(m.dtype) for group in missing)
+                return [Verdict(gate, Status.FAIL, f"{sentences} ({_case(m)})")]
         if not on.evidence.sme2_kernels:
             only_sme1 = (
                 f"; only SME1 kernels ran: {', '.join(on.evidence.sme_kernels)}"
@@ -352,7 +367,7 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
             Verdict(
                 gate,
                 Status.SKIP,
-                "operator names cannot prove SME2 for dynamic int8 (QP8 GEMMs are named "
+                f"operator names cannot prove SME2 for {m.dtype} (its QP8 GEMMs are named "
                 f"alike on NEON) and {m.device.name} shows no executed kernels",
             )
         ]

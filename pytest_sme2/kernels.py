@@ -13,10 +13,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_sme2.attribution import OperatorKernels
-from pytest_sme2.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM, OTHER
+from pytest_sme2.categories import (
+    CONVOLUTION,
+    DATA_MOVEMENT,
+    ELEMENTWISE,
+    GEMM,
+    OTHER,
+    subcategory,
+)
 from pytest_sme2.devices.base import ExecutedKernel
 from pytest_sme2.devices.kernel_log import KERNEL_CSV_COLUMNS, Isa, describe_kernel, kernel_isa
 from pytest_sme2.devices.qemu_log import is_unnamed_code
@@ -30,6 +38,13 @@ PACKING, COMPUTE, OTHER_ROLE, NO_SYMBOL = "packing", "compute", "other", "no sym
 the operator's result, anything else (runtime, dispatch, getters); or unknown: code without a
 symbol (the wheels export few of XNNPACK's microkernels: most NEON ones are hidden)."""
 ROLES = (PACKING, COMPUTE, OTHER_ROLE, NO_SYMBOL)
+
+#: An operator, category or group of layers above this share of E2E matters (the reference
+#: report's 5 %): below it, neither a bottleneck nor a kernel choice worth a sentence or a failure.
+BOTTLENECK_SHARE = 0.05
+#: Sub-categories of GEMM-like work XNNPACK can run on SME2 kernels (KleidiAI's packed matmuls).
+#: Not depthwise convolutions, deconvolutions or attention: they have no SME2 kernel to miss.
+SME_CAPABLE_SUBCATEGORIES = frozenset({"convolution", "fully connected", "batch matmul"})
 
 #: ``kernels.csv`` columns: the kit's, then the instructions where the device counts them (the
 #: kit's readers take columns by name, so an extra one is read past)
@@ -133,6 +148,77 @@ def sme2_kernels_by_kind(operators: Iterable[OperatorKernels]) -> dict[str, tupl
         for kind, functions in sorted(kinds.items())
         if (names := tuple(sorted(n for n in functions if kernel_isa(n) is Isa.SME2)))
     }
+
+
+def ran_sme2(functions: Iterable[str]) -> bool:
+    """Whether an SME2 kernel is among ``functions``: an operator took the SME2 path whatever its
+    name says (a dynamic int8 ``QP8`` GEMM is named alike with and without SME2)."""
+    return any(kernel_isa(name) is Isa.SME2 for name in functions)
+
+
+def weight_type(name: str) -> str:
+    """The weight operand type of a GEMM-like XNNPACK operator, SME packing taken out: the last
+    datatype (``Fully Connected (NC, QP8, F32, QB4W) GEMM`` → ``QB4W``, ``(NC, PF32)`` →
+    ``F32``). XNNPACK picks a layer's kernel family by it: layers sharing it share kernels."""
+    op = parse_op_name(parse_op_name(name).unpacked_key)
+    return op.datatypes[-1] if op.datatypes else op.operator
+
+
+@dataclass(frozen=True)
+class LayersWithoutSme2:
+    """The GEMM-like layers of one weight type that ran no SME2 kernel with SME2 on, while the
+    CPU had SME2: XNNPACK/KleidiAI have no SME2 kernel for them (8da4w's ``QB4W`` in ExecuTorch
+    1.5.1 runs ``…_neon_i8mm`` with SME2 on and off), so SME2 cannot speed them up."""
+
+    weights: str  # the weight type, e.g. "QB4W"
+    kinds: tuple[str, ...]  # their operator kinds
+    kernels: tuple[str, ...]  # the compute kernels that ran instead, most instructions first
+    share: float  # of the inference's instructions
+
+    def sentence(self, dtype: str) -> str:
+        ran = ", ".join(self.kernels) or "no named compute kernel"
+        return (
+            f"{dtype} layers with {self.weights} weights ({', '.join(self.kinds)}; "
+            f"{100 * self.share:.1f}% of the inference's instructions) ran {ran} with SME2 on: "
+            "no SME2 kernel, so SME2 cannot speed them up here"
+        )
+
+
+def layers_without_sme2(
+    operators: Sequence[OperatorKernels], instructions: int
+) -> tuple[LayersWithoutSme2, ...]:
+    """The groups of delegated GEMM-like layers (one group per weight type) of an SME2-on
+    inference of ``instructions`` in which no layer ran an SME2 kernel, largest first; groups
+    under :data:`BOTTLENECK_SHARE` are left out.
+
+    Grouped by weight type, not judged per operator, because XNNPACK also chooses by shape:
+    with SME2 on, mobilenet_v3_small fp16 runs 40 of its 42 fully connected layers (45 % of its
+    instructions) on NEON, and int8-dynamic convolutions (``QD8``) run NEON beside SME2 ``QP8``
+    fully connected layers of the same ``QC8W`` weights. A weight type none of whose layers
+    ran SME2 is the missing kernel; the rest is XNNPACK's choice, reported, never failed.
+    """
+    groups: dict[str, list[OperatorKernels]] = {}
+    for operator in operators:
+        op = parse_op_name(operator.name)
+        if op.source == "xnnpack" and subcategory(operator.name) in SME_CAPABLE_SUBCATEGORIES:
+            groups.setdefault(weight_type(operator.name), []).append(operator)
+    found = []
+    for weights, members in groups.items():
+        functions: Counter[str] = Counter()
+        for operator in members:
+            functions.update(operator.functions)
+        total = sum(functions.values())
+        share = total / instructions if instructions else 0.0
+        if ran_sme2(functions) or share < BOTTLENECK_SHARE:
+            continue
+        compute = [
+            name
+            for name, count in functions.most_common()
+            if kernel_role(name) == COMPUTE and count >= BOTTLENECK_SHARE * total
+        ]
+        kinds = tuple(dict.fromkeys(parse_op_name(o.name).key for o in members))
+        found.append(LayersWithoutSme2(weights, kinds, tuple(compute), share))
+    return tuple(sorted(found, key=lambda group: -group.share))
 
 
 def kernels_frame(model_id: str, kernels: Sequence[ExecutedKernel]) -> pd.DataFrame:

@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sme2.analysis import INSTRUCTIONS, profile
+from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.devices.kernel_log import Isa, kernel_isa
 from pytest_sme2.export import export_model
 from pytest_sme2.measure import MeasurePlan, measure
 from pytest_sme2.models import get_model
+from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.trace import Event, Run, Trace
 
@@ -171,4 +174,44 @@ def measure_toy_cnn(
         plan=plan,
         workdir=workdir,
         **options,
+    )
+
+
+#: kernels ExecuTorch 1.5.1 ran on qemu-sme2 (a two-layer MLP, batch 8, SME2 on): int8-dynamic
+#: fully connected layers run this SME2 matmul after quantizing and packing their input; 8da4w
+#: ones run the NEON i8mm matmul with SME2 on as off
+SME2_QP8_MATMUL = "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa"
+NEON_QB4W_MATMUL = "kai_kernel_matmul_clamp_f32_qai8dxp4x8_qsi4c32p4x8_16x4x32_opt32_neon_i8mm"
+LHS_QUANT_PACK = "kai_run_lhs_quant_pack_qai8dxp_f32"
+PF32_MOPA = "kai_kernel_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa"
+
+
+def kernel_measurement(
+    dtype: str, on: Sequence[OperatorKernels], off: Sequence[OperatorKernels] = ()
+) -> Measurement:
+    """An emulator's measurement whose SME2-on and -off inferences ran the operator events
+    ``on`` and ``off`` (default: none) with their functions, as qemu-sme2 counts them: each
+    profile is those events timed in instructions (a million instructions = 1 "ms") plus a
+    million of framework, the evidence their kernels."""
+
+    def counted(v: Variant, events: Sequence[OperatorKernels]) -> VariantMeasurement:
+        functions = [name for op in events for name in op.functions]
+        evidence = Sme2Evidence(
+            sme2_kernels=tuple(sorted({n for n in functions if kernel_isa(n) is Isa.SME2})),
+            source="exec log",
+            operator_kernels=tuple(events),
+        )
+        ops = [(parse_op_name(op.name).key, op.instructions / MS) for op in events]
+        return counted_variant(v, ops, evidence)
+
+    return Measurement(
+        model="toy",
+        dtype=dtype,
+        threads=1,
+        device=EMULATOR,
+        variants={
+            Variant.ON: counted(Variant.ON, on),
+            Variant.OFF: counted(Variant.OFF, off),
+        },
+        interleaved=True,
     )

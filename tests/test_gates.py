@@ -20,7 +20,18 @@ from pytest_sme2.gates import (
     only_time_gates_failed,
 )
 from pytest_sme2.result import Measurement
-from tests.measurements import HOST, OFF_OPS, SME2_DEVICE, counted_measurement, measurement
+from tests.measurements import (
+    HOST,
+    LHS_QUANT_PACK,
+    NEON_QB4W_MATMUL,
+    OFF_OPS,
+    PF32_MOPA,
+    SME2_DEVICE,
+    SME2_QP8_MATMUL,
+    counted_measurement,
+    kernel_measurement,
+    measurement,
+)
 
 TOL = Tolerances()
 
@@ -228,11 +239,51 @@ def test_executed_sme2_kernels_prove_dynamic_int8_where_names_cannot():
     assert "kai_kernel_matmul_clamp_f32_qai8dxp1vlx4" in v.message
 
 
+QB4W_FC = "Fully Connected (NC, QP8, F32, QB4W) GEMM"
+
+
+def test_8da4w_layers_on_neon_fail_require_sme2_kernels_though_an_fp32_layer_ran_sme2():
+    """Before, any SME2 kernel in the inference passed the gate: the fp32 layer's did."""
+    neon = {NEON_QB4W_MATMUL: 3_000_000, LHS_QUANT_PACK: 1_000_000}
+    m = kernel_measurement(
+        "8da4w",
+        on=(
+            OperatorKernels(f"{QB4W_FC} #1", 4_000_000, neon),
+            OperatorKernels("Fully Connected (NC, PF32) GEMM #2", 1_000_000, {PF32_MOPA: 10**6}),
+        ),
+        off=(OperatorKernels(f"{QB4W_FC} #1", 4_000_000, neon),),
+    )
+    assert m.variants[Variant.ON].evidence.sme2_kernels == (PF32_MOPA,)
+    verdict = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert verdict.status is Status.FAIL
+    assert verdict.message == (
+        f"8da4w layers with QB4W weights ({QB4W_FC}; 66.7% of the inference's instructions) ran "
+        f"{NEON_QB4W_MATMUL} with SME2 on: no SME2 kernel, so SME2 cannot speed them up here "
+        "(toy[8da4w] on emulator)"
+    )
+    assert "sme2-kernels" not in by_gate(judge(m, None, Expectations(), TOL))
+
+
+def test_int8_dynamic_convolutions_on_neon_beside_sme2_fully_connected_layers_pass():
+    """Not a false red: mobilenet_v3_small and vit_tiny int8-dynamic run so on qemu-sme2."""
+    m = kernel_measurement(
+        "int8-dynamic",
+        on=(
+            OperatorKernels("Convolution (NHWC, QD8, F32, QC8W) IGEMM #1", 10**6, {"[x]": 10**6}),
+            OperatorKernels(
+                "Fully Connected (NC, QP8, F32, QC8W) GEMM #2", 10**6, {SME2_QP8_MATMUL: 10**6}
+            ),
+        ),
+    )
+    verdict = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
+    assert verdict.status is Status.PASS and SME2_QP8_MATMUL in verdict.message
+
+
 def test_dynamic_int8_without_kernel_evidence_is_skipped_not_passed():
     m = measurement(SME2_DEVICE, on_ops=OFF_OPS, dtype="int8-dynamic")
     v = by_gate(judge(m, None, Expectations(require_sme2_kernels=True), TOL))["sme2-kernels"]
     assert v.status is Status.SKIP
-    assert v.message.startswith("operator names cannot prove SME2 for dynamic int8")
+    assert v.message.startswith("operator names cannot prove SME2 for int8-dynamic")
 
 
 def test_only_sme1_kernels_fail_and_sme_in_the_off_variant_fails():

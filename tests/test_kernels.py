@@ -4,7 +4,9 @@ the per-kind kernel sets and ``kernels.csv`` made from them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +20,15 @@ from pytest_sme2.kernels import (
     KERNELS_CSV_COLUMNS,
     OTHER_ROLE,
     PACKING,
+    LayersWithoutSme2,
     kernel_category,
     kernel_role,
     kernels_by_kind,
     kernels_frame,
+    layers_without_sme2,
     sme2_kernels_by_kind,
 )
+from tests.measurements import LHS_QUANT_PACK, NEON_QB4W_MATMUL, PF32_MOPA, SME2_QP8_MATMUL
 
 GETTERS = ("_get_mr", "_get_nr")
 
@@ -160,3 +165,57 @@ def test_kernels_csv_has_the_kits_columns_and_its_0_1_flags() -> None:
         "neon_u8",
     )
     assert frame["instructions"].isna().tolist() == [False, True]
+
+
+def test_a_weight_type_none_of_whose_layers_ran_sme2_is_named_with_what_ran() -> None:
+    """8da4w on qemu-sme2: the QB4W layers run NEON i8mm with SME2 on; the fp32 layer beside them
+    running SME2 proves nothing for them."""
+    qb4w = "Fully Connected (NC, QP8, F32, QB4W) GEMM"
+    operators = (
+        OperatorKernels(f"{qb4w} #1", 420, {NEON_QB4W_MATMUL: 379, LHS_QUANT_PACK: 38, "[x]": 3}),
+        OperatorKernels(f"{qb4w} #2", 416, {NEON_QB4W_MATMUL: 344, LHS_QUANT_PACK: 69, "[x]": 3}),
+        OperatorKernels("Fully Connected (NC, PF32) GEMM #3", 100, {PF32_MOPA: 100}),
+        OperatorKernels("Convolution (NHWC, F32) DWConv #4", 60, {"xnn_f32_dwconv_neon": 60}),
+    )
+    (group,) = layers_without_sme2(operators, 1000)
+    assert group == LayersWithoutSme2("QB4W", (qb4w,), (NEON_QB4W_MATMUL,), 0.836)
+    assert group.sentence("8da4w") == (
+        f"8da4w layers with QB4W weights ({qb4w}; 83.6% of the inference's instructions) ran "
+        f"{NEON_QB4W_MATMUL} with SME2 on: no SME2 kernel, so SME2 cannot speed them up here"
+    )
+    # the depthwise convolution has no SME2 kernel to miss; a small group is not worth a failure
+    assert layers_without_sme2(operators[2:], 1000) == ()
+    assert layers_without_sme2(operators, 100_000) == ()
+
+
+def test_a_layer_on_neon_beside_an_sme2_layer_of_its_weight_type_is_xnnpacks_choice() -> None:
+    """int8-dynamic on qemu-sme2: QD8 convolutions run NEON beside SME2 QP8 fully connected layers
+    of the same QC8W weights (mobilenet_v3_small, vit_tiny): no weight type lacks SME2."""
+    operators = (
+        OperatorKernels("Convolution (NHWC, QD8, F32, QC8W) IGEMM #1", 150, {"[x]": 150}),
+        OperatorKernels(
+            "Fully Connected (NC, QP8, F32, QC8W) GEMM #2", 300, {SME2_QP8_MATMUL: 300}
+        ),
+    )
+    assert layers_without_sme2(operators, 1000) == ()
+
+
+QEMU_BASELINES = sorted((Path(__file__).parents[1] / "baselines" / "qemu-sme2").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", QEMU_BASELINES, ids=lambda p: p.stem)
+def test_no_example_recorded_on_qemu_sme2_has_a_weight_type_without_sme2(path: Path) -> None:
+    """No false red: every example case, as its baseline recorded it (each SME2-on operator
+    kind's instructions and SME2 kernels), passes the rule require_sme2_kernels now applies,
+    although mobilenet_v3_small fp16 runs 45 % of its instructions in F16 layers on NEON."""
+    on = json.loads(path.read_text())["variants"]["sme2-on"]
+    operators = tuple(
+        OperatorKernels(
+            kind,
+            count,
+            dict.fromkeys(on["operator_sme2_kernels"].get(kind, ("[x]",)), count),
+        )
+        for kind, count in on["operator_instructions"].items()
+    )
+    assert on["operator_sme2_kernels"], "recorded before kernels per operator: nothing to judge"
+    assert layers_without_sme2(operators, on["instructions"]) == ()

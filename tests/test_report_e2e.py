@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.cache import cache_root
-from pytest_sme2.report.content import KERNEL_VIEW_TITLE
+from pytest_sme2.report.evidence import KERNEL_VIEW_TITLE
 
 pytest_plugins = ["pytester"]
 

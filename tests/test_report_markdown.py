@@ -12,7 +12,7 @@ from pytest_sme2.analysis import profile
 from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Status, Verdict
-from pytest_sme2.report import content
+from pytest_sme2.report import advice, content, evidence
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
@@ -131,22 +131,20 @@ def test_recommendations_follow_the_data():
         SME2_DEVICE,
         on_ops=(("Convolution (NHWC, PF32) IGEMM", 1.0), *[("Transpose (ND, X32)", 0.5)] * 6),
     )
-    advice = " ".join(content.recommendations(churn))
-    assert "Layout churn" in advice and "6 transposes per run" in advice
+    said = " ".join(advice.recommendations(churn))
+    assert "Layout churn" in said and "6 transposes per run" in said
 
     ln = _with_layer_norm()
     prof = ln.variants[Variant.OFF].profile
-    advice = " ".join(content.recommendations(ln))
-    assert (
-        f"{100 * prof.non_delegated_ms / prof.latency.mean_ms:.1f}% of E2E runs outside" in advice
-    )
-    assert "native_call_native_layer_norm.out" in advice
-    assert "split into 2 delegate calls per run" in advice
+    said = " ".join(advice.recommendations(ln))
+    assert f"{100 * prof.non_delegated_ms / prof.latency.mean_ms:.1f}% of E2E runs outside" in said
+    assert "native_call_native_layer_norm.out" in said
+    assert "split into 2 delegate calls per run" in said
 
     slow = measurement(SME2_DEVICE, on_latencies=(9.5, 9.6, 9.4, 9.5, 9.55, 9.45))
     speedup = slow.comparison.speedup.value
-    advice = " ".join(content.recommendations(slow))
-    assert f"SME2 speedup is only {speedup:.2f}×" in advice and "Amdahl" in advice
+    said = " ".join(advice.recommendations(slow))
+    assert f"SME2 speedup is only {speedup:.2f}×" in said and "Amdahl" in said
 
     balanced = measurement(
         HOST,
@@ -157,7 +155,7 @@ def test_recommendations_follow_the_data():
             ("Add (ND, F32)", 1.5),
         ),
     )
-    assert content.recommendations(balanced) == [
+    assert advice.recommendations(balanced) == [
         "Nothing stands out: no category or operator crosses the thresholds above."
     ]
 
@@ -233,7 +231,7 @@ def test_the_kernel_view_shows_each_top_operators_kernels_off_beside_on() -> Non
             "Convolution (NHWC, F32) IGEMM #1", 400, {XNNPACK_CODE: 396, "xnn_invoke_runtime": 4}
         ),
     )
-    table = content.kernel_table(m)
+    table = evidence.kernel_table(m)
     assert table is not None
     assert table.headers == (
         "operator",
@@ -257,7 +255,7 @@ def test_the_kernel_view_shows_each_top_operators_kernels_off_beside_on() -> Non
         ("", "xnn_invoke_runtime", "other", "1.0%", "—"),
     ]
     report = case_report(m, ())
-    assert f"## {content.KERNEL_VIEW_TITLE}" in report and MOPA in report
+    assert f"## {evidence.KERNEL_VIEW_TITLE}" in report and MOPA in report
     # no kernels per operator (any device but qemu-sme2): no kernel view
-    assert content.kernel_table(counted_measurement()) is None
-    assert content.KERNEL_VIEW_TITLE not in case_report(counted_measurement(), ())
+    assert evidence.kernel_table(counted_measurement()) is None
+    assert evidence.KERNEL_VIEW_TITLE not in case_report(counted_measurement(), ())

@@ -1,9 +1,10 @@
 """What every report says, as tables and sentences; ``markdown`` and ``html`` only render them.
 
-One function per statement a reader looks for (latency, categories, bottlenecks, delegation, SME2
-evidence, verdicts, recommendations), so report.md, the pytest-html extras and ``sme2 report``
-cannot disagree on a number. Values come from the analysis (``Profile``, ``Comparison``); nothing
-is recomputed here except sums and ratios of those values.
+One function per statement a reader looks for (latency, categories, bottlenecks, delegation,
+verdicts), so report.md, the pytest-html extras and ``sme2 report`` cannot disagree on a number.
+Values come from the analysis (``Profile``, ``Comparison``); nothing is recomputed here except
+sums and ratios of those values. What the device's evidence says about SME2 is in
+:mod:`pytest_sme2.report.evidence`, the advice drawn from both in :mod:`pytest_sme2.report.advice`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_sme2.analysis import OTHER, Profile
-from pytest_sme2.categories import CATEGORIES, CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
+from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
-from pytest_sme2.kernels import ROLES, kernel_role, kernels_by_kind
+from pytest_sme2.kernels import BOTTLENECK_SHARE
 from pytest_sme2.numerics import DEGENERATE_ADVICE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
-
-#: An operator or category above this share of E2E is a bottleneck (the reference report's 5 %).
-BOTTLENECK_SHARE = 0.05
-#: Sub-categories of GEMM-like work that XNNPACK can run on SME2 packed-LHS kernels.
-SME_CAPABLE_SUBCATEGORIES = frozenset({"convolution", "fully connected", "batch matmul"})
 
 
 @dataclass(frozen=True)
@@ -211,33 +207,6 @@ def latency_table(m: Measurement) -> Table:
     return Table(headers, tuple(rows))
 
 
-def instruction_source(m: Measurement) -> str:
-    """Where the instruction counts come from, e.g. "qemu exec log, one steady-state inference"."""
-    sources = {vm.evidence.source for vm in m.variants.values() if vm.evidence}
-    return ", ".join(sorted(sources)) + ", one steady-state inference"
-
-
-def instruction_table(m: Measurement) -> Table:
-    """Guest instructions of one steady-state inference per variant (E2E, and how many were SME),
-    and the SME2 kernels it executed: where time means nothing, what the inference did."""
-    rows = []
-    for variant in ordered_variants(m):
-        evidence = m.variants[variant].evidence
-        total = evidence.instructions if evidence else None
-        sme = evidence.sme_instructions if evidence else None
-        rows.append(
-            (
-                str(variant),
-                "—" if total is None else f"{total:,}",
-                "—" if sme is None else f"{sme:,}",
-                "—" if not sme or not total else pct(sme / total),
-                str(len(evidence.sme2_kernels)) if evidence else "—",
-            )
-        )
-    headers = ("variant", "instructions/inference", "SME instructions", "SME share", "SME2 kernels")
-    return Table(headers, tuple(rows))
-
-
 def category_table(m: Measurement) -> Table:
     """Mean ms per traced run and share of E2E per category; with both variants, the speedup
     (off ÷ on) and the share change in points."""
@@ -363,76 +332,6 @@ def operator_table(m: Measurement, variant: Variant, operators: Sequence | None 
     return Table(tuple(headers), tuple(rows))
 
 
-#: operators the kernel view shows (the headline variant's largest), and kernels per operator
-KERNEL_VIEW_OPERATORS = 5
-KERNEL_VIEW_KERNELS = 4
-KERNEL_VIEW_TITLE = "Kernels of the top operators (share of each operator's instructions)"
-
-
-def kernel_table(m: Measurement) -> Table | None:
-    """The kernel view: for the top operators (of the headline variant, matched across
-    variants by ``OpName.unpacked_key``), the functions that executed in them with their share of
-    the operator's instructions, SME2-off beside SME2-on ("—": it did not run there); a first
-    row per operator splits it by role (:data:`pytest_sme2.kernels.ROLES`). None where no
-    variant has kernels per operator (only qemu-sme2 counts them)."""
-    kinds: dict[Variant, dict[str, dict[str, int]]] = {}
-    for variant in ordered_variants(m):
-        evidence = m.variants[variant].evidence
-        if evidence is not None and evidence.operator_kernels:
-            kinds[variant] = {
-                parse_op_name(kind).unpacked_key: functions
-                for kind, functions in kernels_by_kind(evidence.operator_kernels).items()
-            }
-    if not kinds:
-        return None
-    shown = list(kinds)
-    rows = []
-    head = m.variants[m.headline].profile
-    for op in head.top_operators(KERNEL_VIEW_OPERATORS):
-        key = parse_op_name(op.name).unpacked_key
-        per_variant = [kinds[v].get(key, {}) for v in shown]
-        if not any(per_variant):
-            continue
-        rows.append(
-            (
-                op.name,
-                " · ".join(ROLES),
-                "",
-                *(
-                    " · ".join(
-                        _share_of(f, [n for n in f if kernel_role(n) == role]) for role in ROLES
-                    )
-                    if f
-                    else "—"
-                    for f in per_variant
-                ),
-            )
-        )
-        # each variant's largest functions, largest first
-        ranked: dict[str, float] = {}
-        for functions in per_variant:
-            total = sum(functions.values())
-            for name, count in list(functions.items())[:KERNEL_VIEW_KERNELS]:
-                ranked[name] = max(ranked.get(name, 0.0), count / total)
-        for name in sorted(ranked, key=lambda n: -ranked[n]):
-            rows.append(
-                (
-                    "",
-                    name,
-                    kernel_role(name),
-                    *(_share_of(f, [name]) if name in f else "—" for f in per_variant),
-                )
-            )
-    headers = ("operator", "kernel", "role", *(f"{v} share of operator" for v in shown))
-    return Table(headers, tuple(rows))
-
-
-def _share_of(functions: Mapping[str, int], names: Sequence[str]) -> str:
-    """``names``' part of all ``functions``' instructions, "—" for an operator without them."""
-    total = sum(functions.values())
-    return pct(sum(functions.get(n, 0) for n in names) / total) if total else "—"
-
-
 def bottlenecks(m: Measurement, variant: Variant) -> tuple:
     """Operators above ``BOTTLENECK_SHARE`` of E2E, largest first."""
     return tuple(op for op in m.variants[variant].profile.operators if op.share > BOTTLENECK_SHARE)
@@ -440,6 +339,35 @@ def bottlenecks(m: Measurement, variant: Variant) -> tuple:
 
 def non_delegated(m: Measurement, variant: Variant) -> tuple:
     return tuple(op for op in m.variants[variant].profile.operators if not op.delegated)
+
+
+#: non-delegated operators a delegation headline names at most
+HEADLINE_OPERATORS = 3
+
+
+def non_delegated_headline(m: Measurement) -> str | None:
+    """The delegation view's first sentence, where the headline variant spends more than
+    :data:`BOTTLENECK_SHARE` of E2E outside the delegate: how much, and the largest
+    non-delegated operators with their shares. None otherwise.
+
+    It leads because it dominates when it happens (a Whisper encoder spent 52 % of its SME2-on
+    instructions in the attention mask's non-delegated ``where``/``eq``, a wav2vec2 fp32 68 % in
+    one non-delegated convolution): work no delegate runs gets nothing from SME2, and a table of
+    delegated milliseconds would bury it.
+    """
+    variant = m.headline
+    prof = m.variants[variant].profile
+    e2e = prof.latency.mean_ms
+    if not e2e or prof.non_delegated_ms / e2e <= BOTTLENECK_SHARE:
+        return None
+    outside = non_delegated(m, variant)
+    top = ", ".join(f"{op.name} {pct(op.share)}" for op in outside[:HEADLINE_OPERATORS])
+    more = len(outside) - HEADLINE_OPERATORS
+    rest = f" and {more} more kind(s)" if more > 0 else ""
+    return (
+        f"{pct(prof.non_delegated_ms / e2e)} of E2E ({variant}) runs outside the delegate, in "
+        f"ExecuTorch's portable kernels, where SME2 cannot help: {top}{rest}."
+    )
 
 
 def delegation_table(m: Measurement) -> Table:
@@ -469,81 +397,6 @@ def delegation_table(m: Measurement) -> Table:
         "non-delegated operator kinds",
     )
     return Table(headers, tuple(rows))
-
-
-def evidence_lines(m: Measurement) -> list[str]:
-    """What the traces prove about SME2: packed operator names per variant, and what they cannot;
-    and, where the device shows them, the executed kernels and instruction counts the gates
-    judged on."""
-    lines = []
-    for variant in ordered_variants(m):
-        packed = m.variants[variant].profile.packed_operators
-        lines.append(
-            f"{variant}: "
-            + (
-                f"{len(packed)} packed SME operator kind(s): {', '.join(packed)}"
-                if packed
-                else "no packed SME operator (PF32/PF16/PQS8 …) in the trace"
-            )
-        )
-    lines += _executed_lines(m)
-    if not m.device.has_sme2:
-        lines.append(
-            f"{m.device.name} has no SME2 "
-            f"({m.device.limits.get('sme2', 'not reported by the CPU')}): "
-            "no SME2 kernel can run; packed names in the trace would mean a broken variant."
-        )
-    elif Variant.ON in m.variants:
-        on_packed = m.variants[Variant.ON].profile.packed_operators
-        off_packed = (
-            m.variants[Variant.OFF].profile.packed_operators if Variant.OFF in m.variants else ()
-        )
-        if on_packed and not off_packed:
-            lines.append(
-                "SME2 kernels ran with SME2 on and none with SME2 off: "
-                "the variants differ as intended."
-            )
-        elif not on_packed:
-            lines.append(
-                "With SME2 on no operator took the packed SME path "
-                "(dtype or operators not SME-capable)."
-            )
-        else:
-            lines.append(
-                "Packed SME operators also ran with SME2 off: the off variant is not SME-free."
-            )
-    if not any(vm.evidence for vm in m.variants.values()):
-        lines.append(
-            "Kernel names: release builds of XNNPACK log none; operator datatypes are the "
-            "evidence. Dynamic int8 (QP8) names look alike with and without SME."
-        )
-    return lines
-
-
-def _executed_lines(m: Measurement) -> list[str]:
-    """Per variant with device evidence: the SME2 (and SME1-only) kernels that executed and the
-    instructions of one inference; then the instruction ratio off ÷ on."""
-    lines = []
-    for variant in ordered_variants(m):
-        evidence = m.variants[variant].evidence
-        if evidence is None:
-            continue
-        kernels = evidence.sme2_kernels
-        executed = (
-            f"{len(kernels)} SME2 kernel(s) executed: {', '.join(kernels)}"
-            if kernels
-            else "no SME2 kernel executed"
-        )
-        if evidence.sme_kernels:
-            executed += f"; SME1-only kernel(s): {', '.join(evidence.sme_kernels)}"
-        if evidence.instructions is not None:
-            executed += f"; {evidence.instructions:,} instructions/inference"
-            if evidence.sme_instructions is not None:
-                executed += f", {evidence.sme_instructions:,} of them SME"
-        lines.append(f"{variant} ({evidence.source}): {executed}")
-    if m.instruction_ratio is not None:
-        lines.append(f"Instruction ratio {m.instruction_ratio:.2f}× (instructions off ÷ on).")
-    return lines
 
 
 def numerics_table(m: Measurement) -> Table | None:
@@ -612,98 +465,6 @@ def verdict_table(verdicts: Sequence[Verdict]) -> Table:
         for v in verdicts
     )
     return Table(("gate", "status", "verdict"), rows)
-
-
-def recommendations(m: Measurement) -> list[str]:
-    """Advice derived from the numbers, each sentence carrying the numbers that triggered it."""
-    variant = m.headline
-    vm = m.variants[variant]
-    prof = vm.profile
-    shares = prof.shares
-    per_run = {op.name: op.count / prof.runs for op in prof.operators}
-    advice = []
-
-    dm_ops = [op for op in prof.operators if op.category == DATA_MOVEMENT]
-    transposes = [op for op in dm_ops if op.subcategory == "transpose"]
-    transposes_per_run = sum(per_run[op.name] for op in transposes)
-    transpose_share = sum(op.share for op in transposes)
-    if shares[DATA_MOVEMENT] >= 0.15 or (
-        transposes_per_run >= 4 and transpose_share >= BOTTLENECK_SHARE
-    ):
-        top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
-        advice.append(
-            f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
-            f"{transposes_per_run:g} transposes per run ({pct(transpose_share)}); top: {top}. Keep "
-            "tensors in one layout end to end (channels-last / NHWC), fold permutes into the "
-            "neighbouring operators and avoid reshape↔permute chains around attention."
-        )
-
-    outside = non_delegated(m, variant)
-    if prof.latency.mean_ms and prof.non_delegated_ms / prof.latency.mean_ms >= BOTTLENECK_SHARE:
-        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in outside[:4])
-        advice.append(
-            f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
-            f"({ms(prof.non_delegated_ms)} {prof.unit}/run): {names}. Make these operators "
-            "delegable (a supported op or dtype, or a decomposition XNNPACK lowers), or they stay "
-            "on ExecuTorch's own kernels with no SME2."
-        )
-
-    calls = prof.delegate_calls_per_run
-    if calls > 1:
-        advice.append(
-            f"The graph is split into {calls:g} delegate calls per run: every split point copies "
-            "tensors and pays dispatch overhead; the non-delegated operators between them cause it."
-        )
-
-    if Variant.ON in m.variants and m.device.has_sme2:
-        unpacked = [
-            op
-            for op in m.variants[Variant.ON].profile.operators
-            if op.subcategory in SME_CAPABLE_SUBCATEGORIES
-            and not op.packed
-            and op.share >= BOTTLENECK_SHARE
-        ]
-        if unpacked:
-            names = ", ".join(f"{op.name} ({pct(op.share)})" for op in unpacked[:4])
-            advice.append(
-                "GEMM-like operators that did not take the SME2 packed path with SME2 on: "
-                f"{names}. "
-                "Check their dtype (fp32/fp16/static int8 pack; dynamic int8 QP8 cannot show it)."
-            )
-
-    comparison = m.comparison
-    if comparison is not None and m.device.time_meaningful:
-        matmul_off = comparison.off.shares[CONVOLUTION] + comparison.off.shares[GEMM]
-        bound = 1 / (1 - matmul_off) if matmul_off < 1 else None
-        s = comparison.speedup.value
-        if s < 1.2:
-            advice.append(
-                f"SME2 speedup is only {s:.2f}×: Convolution + GEMM were {pct(matmul_off)} of E2E "
-                f"with SME2 off, so even infinitely fast matrix kernels give at most "
-                f"{ratio(bound) if bound else 'an unbounded'} (Amdahl). "
-                "The rest of the model decides latency."
-            )
-
-    matmul_share = shares[CONVOLUTION] + shares[GEMM]
-    if matmul_share >= 0.6:
-        advice.append(
-            f"Still compute-bound ({variant}): Convolution + GEMM are {pct(matmul_share)} of E2E. "
-            "Lower precision (fp16, int8) or a smaller model moves latency most; "
-            "layout work is minor."
-        )
-    if shares[ELEMENTWISE] >= 0.2:
-        advice.append(
-            f"Elementwise is {pct(shares[ELEMENTWISE])} of E2E: fuse activations and bias adds "
-            "into the preceding convolution / linear (XNNPACK fuses clamp-like activations)."
-        )
-    if shares[OTHER] >= 0.2:
-        advice.append(
-            f"Other is {pct(shares[OTHER])} of E2E ({ms(prof.categories_ms[OTHER])} "
-            f"{prof.unit}/run): "
-            "pooling, normalization, softmax, reductions and framework overhead (time in no "
-            "classified operator). Check the operator table for the largest Other entries."
-        )
-    return advice or ["Nothing stands out: no category or operator crosses the thresholds above."]
 
 
 def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:

@@ -12,7 +12,9 @@ import html
 from collections.abc import Mapping, Sequence
 
 from pytest_sme2.gates import Verdict
+from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
+from pytest_sme2.report import evidence as e
 from pytest_sme2.report.charts import data_uri
 from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.result import Measurement
@@ -88,8 +90,8 @@ def extra_html(
     parts.append("</div>")
     if c.counts_instructions(m):  # emulated time means nothing: instructions instead
         parts.append(
-            f"<h4>Instructions per inference ({html.escape(c.instruction_source(m))})</h4>"
-            + c.instruction_table(m).html()
+            f"<h4>Instructions per inference ({html.escape(e.instruction_source(m))})</h4>"
+            + e.instruction_table(m).html()
         )
     else:
         parts.append(
@@ -106,6 +108,12 @@ def extra_html(
     parts.append(
         f"<h4>Top operators by share of E2E ({head})</h4>" + c.operator_table(m, head).html()
     )
+    headline = c.non_delegated_headline(m)
+    parts.append(
+        "<h4>Delegated vs non-delegated</h4>"
+        + (f"<p>{html.escape(headline)}</p>" if headline else "")
+        + c.delegation_table(m).html()
+    )
     outside = c.non_delegated(m, head)
     parts.append(
         f"<h4>Non-delegated operators ({head})</h4>"
@@ -115,11 +123,10 @@ def extra_html(
             else "<p>None: every operator is delegated.</p>"
         )
     )
-    parts.append("<h4>Delegated vs non-delegated</h4>" + c.delegation_table(m).html())
-    parts.append("<h4>SME2 evidence</h4>" + _list(c.evidence_lines(m)))
-    kernels = c.kernel_table(m)
+    parts.append("<h4>SME2 evidence</h4>" + _list(e.evidence_lines(m)))
+    kernels = e.kernel_table(m)
     if kernels is not None:
-        parts.append(f"<h4>{html.escape(c.KERNEL_VIEW_TITLE)}</h4>" + kernels.html())
+        parts.append(f"<h4>{html.escape(e.KERNEL_VIEW_TITLE)}</h4>" + kernels.html())
     numerics = c.numerics_table(m)
     if numerics is not None:
         parts.append("<h4>Numerics</h4>" + numerics.html())
@@ -127,7 +134,7 @@ def extra_html(
         "<h4>Gate verdicts</h4>"
         + (c.verdict_table(verdicts).html() if verdicts else "<p>No gate was judged.</p>")
     )
-    parts.append("<h4>Recommendations</h4>" + _list(c.recommendations(m)))
+    parts.append("<h4>Recommendations</h4>" + _list(advice.recommendations(m)))
     if links:
         items = "".join(
             f'<li><a href="{html.escape(href)}">{html.escape(label)}</a></li>'

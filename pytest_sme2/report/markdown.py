@@ -14,7 +14,9 @@ from pathlib import Path
 
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.gates import Verdict
+from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
+from pytest_sme2.report import evidence as e
 from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.result import Measurement
 
@@ -65,8 +67,8 @@ def case_report(
     if c.counts_instructions(m):  # emulated time means nothing: instructions instead
         parts.append(
             _section(
-                f"Instructions per inference ({c.instruction_source(m)})",
-                c.instruction_table(m).markdown(),
+                f"Instructions per inference ({e.instruction_source(m)})",
+                e.instruction_table(m).markdown(),
                 "Categories, shares and operators below are in guest instructions of that "
                 "inference, split at the clock reads that stamp its trace events.",
             )
@@ -101,6 +103,7 @@ def case_report(
     parts.append(
         _section(
             "Delegated vs non-delegated",
+            c.non_delegated_headline(m) or "",
             c.delegation_table(m).markdown(),
             (
                 f"Non-delegated operators ({head}):\n\n"
@@ -110,10 +113,10 @@ def case_report(
             else f"Every operator is delegated ({head}).",
         )
     )
-    parts.append(_section("SME2 kernel evidence", _bullets(c.evidence_lines(m))))
-    kernels = c.kernel_table(m)
+    parts.append(_section("SME2 kernel evidence", _bullets(e.evidence_lines(m))))
+    kernels = e.kernel_table(m)
     if kernels is not None:
-        parts.append(_section(c.KERNEL_VIEW_TITLE, kernels.markdown()))
+        parts.append(_section(e.KERNEL_VIEW_TITLE, kernels.markdown()))
     numerics = c.numerics_table(m)
     if numerics is not None:
         parts.append(_section("Numerics", numerics.markdown()))
@@ -125,7 +128,7 @@ def case_report(
             else "No gate was judged for this test.",
         )
     )
-    parts.append(_section("Recommendations", _bullets(c.recommendations(m))))
+    parts.append(_section("Recommendations", _bullets(advice.recommendations(m))))
     if links:
         parts.append(
             _section("Artifacts", _bullets([f"[{label}]({path})" for label, path in links]))

@@ -1,0 +1,182 @@
+"""What to do about what a report measured: recommendations, each sentence carrying the numbers
+that triggered it, and what the executed kernels say about the SME2 path of GEMM-like operators.
+
+Apart from :mod:`pytest_sme2.report.content` (which states the numbers) because these sentences
+judge: they draw on the profile *and* the device's evidence, and the SME2-path judgement is the
+same rule the ``require_sme2_kernels`` gate fails on (:func:`pytest_sme2.kernels.
+layers_without_sme2`), so a report cannot say less than the gate did.
+"""
+
+from __future__ import annotations
+
+from pytest_sme2.analysis import OTHER, OperatorStat
+from pytest_sme2.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.kernels import (
+    BOTTLENECK_SHARE,
+    PACKING,
+    SME_CAPABLE_SUBCATEGORIES,
+    kernel_role,
+    kernels_by_kind,
+    layers_without_sme2,
+    ran_sme2,
+)
+from pytest_sme2.report.content import ms, non_delegated, pct, ratio
+from pytest_sme2.result import Measurement
+
+#: An SME2 operator spending at least this part of its instructions packing its input is worth a
+#: sentence: its matmul got cheap, the packing did not (an int8-dynamic fully connected layer on
+#: qemu-sme2 spent 78 % of its instructions in ``kai_run_lhs_quant_pack_qai8dxp_f32``).
+PACKING_SHARE = 0.5
+
+
+def recommendations(m: Measurement) -> list[str]:
+    """Advice derived from the numbers, each sentence carrying the numbers that triggered it."""
+    variant = m.headline
+    vm = m.variants[variant]
+    prof = vm.profile
+    shares = prof.shares
+    per_run = {op.name: op.count / prof.runs for op in prof.operators}
+    advice = []
+
+    dm_ops = [op for op in prof.operators if op.category == DATA_MOVEMENT]
+    transposes = [op for op in dm_ops if op.subcategory == "transpose"]
+    transposes_per_run = sum(per_run[op.name] for op in transposes)
+    transpose_share = sum(op.share for op in transposes)
+    if shares[DATA_MOVEMENT] >= 0.15 or (
+        transposes_per_run >= 4 and transpose_share >= BOTTLENECK_SHARE
+    ):
+        top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
+        advice.append(
+            f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
+            f"{transposes_per_run:g} transposes per run ({pct(transpose_share)}); top: {top}. Keep "
+            "tensors in one layout end to end (channels-last / NHWC), fold permutes into the "
+            "neighbouring operators and avoid reshape↔permute chains around attention."
+        )
+
+    outside = non_delegated(m, variant)
+    if prof.latency.mean_ms and prof.non_delegated_ms / prof.latency.mean_ms >= BOTTLENECK_SHARE:
+        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in outside[:4])
+        advice.append(
+            f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
+            f"({ms(prof.non_delegated_ms)} {prof.unit}/run): {names}. Make these operators "
+            "delegable (a supported op or dtype, or a decomposition XNNPACK lowers), or they stay "
+            "on ExecuTorch's own kernels with no SME2."
+        )
+
+    calls = prof.delegate_calls_per_run
+    if calls > 1:
+        advice.append(
+            f"The graph is split into {calls:g} delegate calls per run: every split point copies "
+            "tensors and pays dispatch overhead; the non-delegated operators between them cause it."
+        )
+
+    advice += sme2_path_advice(m)
+
+    comparison = m.comparison
+    if comparison is not None and m.device.time_meaningful:
+        matmul_off = comparison.off.shares[CONVOLUTION] + comparison.off.shares[GEMM]
+        bound = 1 / (1 - matmul_off) if matmul_off < 1 else None
+        s = comparison.speedup.value
+        if s < 1.2:
+            advice.append(
+                f"SME2 speedup is only {s:.2f}×: Convolution + GEMM were {pct(matmul_off)} of E2E "
+                f"with SME2 off, so even infinitely fast matrix kernels give at most "
+                f"{ratio(bound) if bound else 'an unbounded'} (Amdahl). "
+                "The rest of the model decides latency."
+            )
+
+    matmul_share = shares[CONVOLUTION] + shares[GEMM]
+    if matmul_share >= 0.6:
+        advice.append(
+            f"Still compute-bound ({variant}): Convolution + GEMM are {pct(matmul_share)} of E2E. "
+            "Lower precision (fp16, int8) or a smaller model moves latency most; "
+            "layout work is minor."
+        )
+    if shares[ELEMENTWISE] >= 0.2:
+        advice.append(
+            f"Elementwise is {pct(shares[ELEMENTWISE])} of E2E: fuse activations and bias adds "
+            "into the preceding convolution / linear (XNNPACK fuses clamp-like activations)."
+        )
+    if shares[OTHER] >= 0.2:
+        advice.append(
+            f"Other is {pct(shares[OTHER])} of E2E ({ms(prof.categories_ms[OTHER])} "
+            f"{prof.unit}/run): "
+            "pooling, normalization, softmax, reductions and framework overhead (time in no "
+            "classified operator). Check the operator table for the largest Other entries."
+        )
+    return advice or ["Nothing stands out: no category or operator crosses the thresholds above."]
+
+
+def sme2_path_advice(m: Measurement) -> list[str]:
+    """What the SME2-on variant's GEMM-like operators above :data:`BOTTLENECK_SHARE` did with
+    SME2. Where the device shows kernels per operator (qemu-sme2), judged by them, whatever the
+    names say: one sentence per weight type none of whose layers ran an SME2 kernel (the
+    ``require_sme2_kernels`` failure), one for the other operators that ran none, one per SME2
+    operator mostly packing its input. Elsewhere by name (``PF32``, ``PF16``, ``PQS8``)."""
+    if Variant.ON not in m.variants or not m.device.has_sme2:
+        return []
+    on = m.variants[Variant.ON]
+    gemm_like = [
+        op
+        for op in on.profile.operators
+        if op.subcategory in SME_CAPABLE_SUBCATEGORIES and op.share >= BOTTLENECK_SHARE
+    ]
+    evidence = on.evidence
+    if evidence is None or not evidence.operator_kernels:
+        unpacked = [op for op in gemm_like if not op.packed]
+        if not unpacked:
+            return []
+        return [
+            "GEMM-like operators that did not take the SME2 packed path with SME2 on: "
+            f"{_named(unpacked)}. Check their dtype (fp32/fp16/static int8 pack; dynamic int8 "
+            "QP8 cannot show it by name, only executed kernels can)."
+        ]
+    missing = layers_without_sme2(
+        evidence.operator_kernels,
+        evidence.instructions or sum(op.instructions for op in evidence.operator_kernels),
+    )
+    advice = [f"{group.sentence(m.dtype)}." for group in missing]
+    said = {kind for group in missing for kind in group.kinds}
+    kinds = kernels_by_kind(evidence.operator_kernels)
+    # an operator the kernels do not cover (none logged for it) is judged by its name
+    other = [
+        op
+        for op in gemm_like
+        if op.name not in said and not (ran_sme2(kinds[op.name]) if op.name in kinds else op.packed)
+    ]
+    if other:
+        advice.append(
+            f"GEMM-like operators that ran no SME2 kernel with SME2 on ({evidence.source}), "
+            f"though other layers of their weight type did: {_named(other)}. XNNPACK chose "
+            "another kernel for them (by shape or input type); the kernel view shows which."
+        )
+    for op in gemm_like:
+        functions = kinds.get(op.name, {})
+        if ran_sme2(functions):
+            advice += _packing_sentence(op, functions)
+    return advice
+
+
+def _packing_sentence(op: OperatorStat, functions: dict[str, int]) -> list[str]:
+    """One sentence when packing (quantizing) the input is at least :data:`PACKING_SHARE` of an
+    SME2 operator's instructions: the cost SME2 left behind."""
+    total = sum(functions.values())
+    packing = {n: c for n, c in functions.items() if kernel_role(n) == PACKING}
+    share = sum(packing.values()) / total if total else 0.0
+    if share < PACKING_SHARE:
+        return []
+    names = ", ".join(n for n, c in packing.items() if c >= BOTTLENECK_SHARE * total)
+    why = (
+        " Dynamic int8 quantizes every input at run time; static int8 quantizes ahead of time."
+        if "quant" in names
+        else ""
+    )
+    return [
+        f"{op.name} ({pct(op.share)} of E2E) runs SME2 kernels, but {pct(share)} of its "
+        f"instructions pack its input ({names}): SME2 made its matmul cheap, not the packing." + why
+    ]
+
+
+def _named(ops: list[OperatorStat]) -> str:
+    return ", ".join(f"{op.name} ({pct(op.share)})" for op in ops[:4])
