@@ -124,6 +124,10 @@ class VariantBaseline:
     #: the SME2 kernels that ran in it, sorted; what shows a library update changing the
     #: kernel selection (an SME2 kernel replaced by a NEON one), by name
     operator_sme2_kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the method's init (weight packing) in guest instructions, where the device counts them,
+    #: and the program's planned memory: exact, the same on every machine of the device kind
+    init_instructions: int | None = None
+    planned_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,8 @@ def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
         operator_instructions=operator_instructions(prof) if counted else {},
         instruction_shares={c: stable(v) for c, v in prof.shares.items()} if counted else {},
         operator_sme2_kernels=operator_sme2_kernels(vm),
+        init_instructions=vm.load.init_instructions if vm.load else None,
+        planned_bytes=vm.load.planned_bytes if vm.load else None,
     )
 
 
@@ -333,6 +339,9 @@ def to_json(b: Baseline) -> str:
     for variant in doc["variants"].values():
         if not variant["operator_sme2_kernels"]:  # baselines without them keep their bytes
             del variant["operator_sme2_kernels"]
+        for key in ("init_instructions", "planned_bytes"):  # nor do those made without these
+            if variant[key] is None:
+                del variant[key]
     for record in doc["machines"].values():
         if record["calibration"] is None:  # uncalibrated records keep the shape they always had
             del record["calibration"]
@@ -439,6 +448,8 @@ def _from_doc(doc: Mapping[str, Any]) -> Baseline:
                 operator_sme2_kernels={
                     kind: tuple(names) for kind, names in v.get("operator_sme2_kernels", {}).items()
                 },
+                init_instructions=v.get("init_instructions"),
+                planned_bytes=v.get("planned_bytes"),
             )
             for name, v in doc["variants"].items()
         },
@@ -569,6 +580,9 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
                 operator_instructions=ov.operator_instructions,
                 instruction_shares=ov.instruction_shares,
             )
+        changes += [f"{name} {line}" for line in _load_changes(ov, nv, tol)]
+        if not _replaced(ov.init_instructions, nv.init_instructions, instructions_move, tol):
+            variants[name] = replace(variants[name], init_instructions=ov.init_instructions)
     changes += [
         f"{name}: variant no longer measured" for name in old.variants if name not in new.variants
     ]
@@ -588,6 +602,17 @@ def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baselin
         tolerances=tol,
     )
     return merged, tuple(changes)
+
+
+def _load_changes(old: VariantBaseline, new: VariantBaseline, tol: Tolerances) -> list[str]:
+    """What an update records of a variant's load: init instructions that appeared or moved
+    beyond the instruction tolerance, and a planned memory that changed at all (exact)."""
+    changes = []
+    if _replaced(old.init_instructions, new.init_instructions, instructions_move, tol):
+        changes.append(f"init instructions {old.init_instructions} → {new.init_instructions}")
+    if old.planned_bytes != new.planned_bytes:
+        changes.append(f"planned memory {old.planned_bytes} → {new.planned_bytes} bytes")
+    return changes
 
 
 def _replaced(

@@ -101,6 +101,8 @@ class Expectations:
     require_sme2_kernels: bool = False
     op_counts: Mapping[str, float] = field(default_factory=dict)
     instruction_ratio_floor: float | None = None
+    #: each variant's fastest method init (weight packing), ms, where time means something
+    max_init_ms: float | None = None
 
     @classmethod
     def from_marker(cls, kwargs: Mapping[str, Any]) -> Expectations:
@@ -135,6 +137,7 @@ MARKER_SCHEMA: Mapping[str, Any] = {
     "properties": {
         "speedup_floor": _FLOOR,
         "instruction_ratio_floor": _FLOOR,
+        "max_init_ms": _FLOOR,
         "max_share": _SHARES,
         "min_share": _SHARES,
         "require_sme2_kernels": {"type": "boolean"},
@@ -151,7 +154,7 @@ def _marker_validator() -> jsonschema.protocols.Validator:
     return validator(MARKER_SCHEMA)
 
 
-def _case(m: Measurement) -> str:
+def case_name(m: Measurement) -> str:
     threads = "" if m.threads == 1 else f", {m.threads} threads"
     return f"{m.model}[{m.dtype}] on {m.device.name}{threads}"
 
@@ -178,6 +181,10 @@ def judge(
     verdicts += _instruction_ratio(m, now, baseline, expectations, tolerances)
     if baseline is not None:
         verdicts += _instructions(m, now, baseline, tolerances)
+    # imported here: the load gates build on this module's verdicts
+    from pytest_sme2.load_gates import load_verdicts
+
+    verdicts += load_verdicts(m, now, baseline, expectations, tolerances)
     verdicts += _numerics(m)
     verdicts += _parity(m)
     if baseline is not None:
@@ -208,7 +215,7 @@ def _no_time_record(m: Measurement) -> list[Verdict]:
         Verdict(
             NO_TIME_RECORD,
             Status.SKIP,
-            f"time gates not judged for {_case(m)}: the baseline has no time record for this "
+            f"time gates not judged for {case_name(m)}: the baseline has no time record for this "
             f"machine class ({m.device.class_id}: {describe_class(m.device.machine_class)}); "
             "record it with --sme2-update-baselines",
         )
@@ -245,7 +252,9 @@ def _share_limits(m: Measurement, exp: Expectations) -> list[Verdict]:
     ]
     if broken:
         return [
-            Verdict("share-limits", Status.FAIL, f"{'; '.join(broken)} for {_case(m)} ({variant})")
+            Verdict(
+                "share-limits", Status.FAIL, f"{'; '.join(broken)} for {case_name(m)} ({variant})"
+            )
         ]
     return [
         Verdict(
@@ -275,7 +284,7 @@ def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
             Verdict(
                 "op-counts",
                 Status.FAIL,
-                f"operator counts differ for {_case(m)} ({variant})",
+                f"operator counts differ for {case_name(m)} ({variant})",
                 tuple(wrong),
             )
         ]
@@ -315,7 +324,7 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
             Verdict(
                 gate,
                 Status.FAIL,
-                f"SME ran with SME2 off for {_case(m)}: the off variant is not SME-free",
+                f"SME ran with SME2 off for {case_name(m)}: the off variant is not SME-free",
                 leaked,
             )
         ]
@@ -328,7 +337,7 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
                 Verdict(
                     gate,
                     Status.FAIL,
-                    f"no packed {expected} operator ran with SME2 on for {_case(m)}",
+                    f"no packed {expected} operator ran with SME2 on for {case_name(m)}",
                     on.profile.packed_operators,  # the packed operators that did run, if any
                 )
             ]
@@ -344,7 +353,7 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
                 # an SME2 kernel elsewhere (a PF32 layer beside 8da4w's QB4W ones) proves
                 # nothing for these layers
                 sentences = "; ".join(group.sentence(m.dtype) for group in missing)
-                return [Verdict(gate, Status.FAIL, f"{sentences} ({_case(m)})")]
+                return [Verdict(gate, Status.FAIL, f"{sentences} ({case_name(m)})")]
         if not on.evidence.sme2_kernels:
             only_sme1 = (
                 f"; only SME1 kernels ran: {', '.join(on.evidence.sme_kernels)}"
@@ -355,7 +364,7 @@ def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
                 Verdict(
                     gate,
                     Status.FAIL,
-                    f"no SME2 kernel executed with SME2 on for {_case(m)} "
+                    f"no SME2 kernel executed with SME2 on for {case_name(m)} "
                     f"({on.evidence.source}){only_sme1}",
                 )
             ]
@@ -415,7 +424,7 @@ def _parity(m: Measurement) -> list[Verdict]:
         Verdict(
             "parity",
             Status.FAIL,
-            f"SME2-on outputs of {_case(m)} differ from SME2-off: {m.parity.describe()}",
+            f"SME2-on outputs of {case_name(m)} differ from SME2-off: {m.parity.describe()}",
         )
     ]
 
@@ -439,7 +448,7 @@ def _instruction_ratio(
                 Status.PASS if ok else Status.FAIL,
                 f"SME2 instruction ratio {ratio:.2f}× (instructions off ÷ on) is "
                 + ("at least" if ok else "below")
-                + f" the floor {exp.instruction_ratio_floor:g}× for {_case(m)}",
+                + f" the floor {exp.instruction_ratio_floor:g}× for {case_name(m)}",
             )
         )
     stored = baseline.instruction_ratio if baseline is not None else None
@@ -453,7 +462,7 @@ def _instruction_ratio(
                 Status.FAIL if move is Move.FELL else Status.PASS,
                 f"SME2 instruction ratio {ratio:.2f}× "
                 + {
-                    Move.FELL: f"fell below the baseline {stored:g}×{beyond} for {_case(m)}",
+                    Move.FELL: f"fell below the baseline {stored:g}×{beyond} for {case_name(m)}",
                     Move.WITHIN: f"vs the baseline {stored:g}×",
                     Move.ROSE: f"rose above the baseline {stored:g}×{beyond}: {RECORD_IT}",
                 }[move],
@@ -493,7 +502,7 @@ def _instructions(
                 Verdict(
                     gate,
                     Status.FAIL,
-                    f"instructions of {_case(m)} ({variant}) rose {counts}, beyond the "
+                    f"instructions of {case_name(m)} ({variant}) rose {counts}, beyond the "
                     f"{tol.instruction_percent:g}% tolerance"
                     + (f"; grew: {', '.join(g.split(':')[0] for g in grew)}" if grew else ""),
                     tuple(grew),
@@ -570,7 +579,7 @@ def _speedup(
                     "speedup-floor",
                     Status.FAIL,
                     f"SME2 speedup {s.describe()} is below the floor "
-                    f"{exp.speedup_floor:g}× for {_case(m)}",
+                    f"{exp.speedup_floor:g}× for {case_name(m)}",
                 )
             )
         else:
@@ -591,7 +600,7 @@ def _speedup(
                 Status.FAIL if move is Move.FELL else Status.PASS,
                 {
                     Move.FELL: f"SME2 speedup {s.describe()} fell below the baseline {stored:g}×"
-                    f"{beyond} for {_case(m)}",
+                    f"{beyond} for {case_name(m)}",
                     Move.WITHIN: f"SME2 speedup {s.value:.2f}× vs baseline {stored:g}×",
                     Move.ROSE: f"SME2 speedup {s.describe()} rose above the baseline {stored:g}×"
                     f"{beyond}: {RECORD_IT}",
@@ -607,13 +616,13 @@ def _structure(m: Measurement, now: Baseline, baseline: Baseline) -> list[Verdic
         gate = f"structure[{variant}]"
         stored = baseline.variants.get(str(variant))
         if stored is None:
-            message = f"the baseline has no {variant} variant for {_case(m)}; update it"
+            message = f"the baseline has no {variant} variant for {case_name(m)}; update it"
             verdicts.append(Verdict(gate, Status.FAIL, message))
             continue
         measured = now.variants[str(variant)]
         diff = structure_diff(stored, measured)
         if diff:
-            message = f"operator structure of {_case(m)} ({variant}) changed from the baseline"
+            message = f"operator structure of {case_name(m)} ({variant}) changed from the baseline"
             verdicts.append(Verdict(gate, Status.FAIL, message, tuple(diff)))
         else:
             message = f"{len(measured.operators)} operator kinds as in the baseline"
@@ -638,12 +647,14 @@ def _kernel_selection(
     lines, gone = kernel_selection_diff(stored, now.variants[str(Variant.ON)])
     if gone and exp.require_sme2_kernels:
         message = (
-            f"SME2 kernels gone from {len(gone)} operator kind(s) of {_case(m)}: "
+            f"SME2 kernels gone from {len(gone)} operator kind(s) of {case_name(m)}: "
             f"{', '.join(gone)} (require_sme2_kernels)"
         )
         return [Verdict(gate, Status.FAIL, message, tuple(lines))]
     if lines:
-        message = f"the SME2 kernel selection of {_case(m)} changed from the baseline: {RECORD_IT}"
+        message = (
+            f"the SME2 kernel selection of {case_name(m)} changed from the baseline: {RECORD_IT}"
+        )
         return [Verdict(gate, Status.PASS, message, tuple(lines))]
     kinds = len(stored.operator_sme2_kernels)
     return [Verdict(gate, Status.PASS, f"{kinds} operator kind(s) run the baseline's SME2 kernels")]
@@ -678,7 +689,8 @@ def _shares_verdict(
     name = f"{gate}[{variant}]"
     if moved:
         message = (
-            f"category {word}s of {_case(m)} ({variant}) moved beyond ±{tol.share_points:g} points"
+            f"category {word}s of {case_name(m)} ({variant}) moved beyond "
+            f"±{tol.share_points:g} points"
         )
         return Verdict(name, Status.FAIL, message, tuple(moved))
     return Verdict(name, Status.PASS, f"category {word}s within ±{tol.share_points:g} points")
@@ -712,7 +724,7 @@ def _latency(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerance
         beyond = f"beyond the {percent:g}% tolerance"
         if move is Move.ROSE:
             message = (
-                f"E2E latency of {_case(m)} ({variant}) rose {100 * (change - 1):.1f}% {what} "
+                f"E2E latency of {case_name(m)} ({variant}) rose {100 * (change - 1):.1f}% {what} "
                 f"({numbers}), {beyond}"
             )
             verdicts.append(Verdict(gate, Status.FAIL, message, noted))
@@ -739,7 +751,7 @@ def _latency_sensitivity(m: Measurement, record: TimeRecord, tol: Tolerances) ->
         return Verdict(
             LATENCY_SENSITIVITY,
             Status.PASS,
-            f"the latency gate of {_case(m)} fails a rise beyond {percent:g}%, the default "
+            f"the latency gate of {case_name(m)} fails a rise beyond {percent:g}%, the default "
             "tolerance: not calibrated on this machine class (--sme2-calibrate=5 measures how "
             "small a slowdown it sees)",
             (f">{percent:g}% (not calibrated)",),
@@ -748,7 +760,7 @@ def _latency_sensitivity(m: Measurement, record: TimeRecord, tol: Tolerances) ->
     return Verdict(
         LATENCY_SENSITIVITY,
         Status.PASS,
-        f"the latency gate sees a {sees:.1f}% slowdown of {_case(m)} on this machine class in "
+        f"the latency gate sees a {sees:.1f}% slowdown of {case_name(m)} on this machine class in "
         f"≥ 95% of sessions (tolerance {percent:g}%; calibrated {cal.when[:10]}: noise "
         f"{cal.noise_percent:g}% over {cal.runs} unchanged measurements)",
         (f"{sees:.1f}%",),
@@ -875,7 +887,7 @@ def decide(
     failure = failure_report(judgement.verdicts, strict=strict)
     if stored is None and not update:
         failure = (
-            f"no baseline for {_case(m)}: wrote {path}; review and commit it, then re-run "
+            f"no baseline for {case_name(m)}: wrote {path}; review and commit it, then re-run "
             "(or pass --sme2-update-baselines)" + (f"\n{failure}" if failure else "")
         )
     return Decision(

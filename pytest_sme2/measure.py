@@ -22,7 +22,7 @@ from pytest_sme2 import progress
 from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
-from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Variant
+from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.numerics import (
@@ -33,7 +33,7 @@ from pytest_sme2.numerics import (
     compare_outputs,
     degenerate,
 )
-from pytest_sme2.result import Measurement, VariantMeasurement
+from pytest_sme2.result import LoadMeasurement, Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 from pytest_sme2.tensors import read_tensors
 from pytest_sme2.trace import read_etdump
@@ -182,6 +182,7 @@ def measure(
                 etdump=traced.etdump,
                 outputs=traced.outputs,
                 evidence=replace(evidence, instruction_trace=None) if evidence else None,
+                load=load_measurement(timed or [traced], evidence, timed=info.time_meaningful),
             )
         return Measurement(
             parity=_parity(measured, model, dtype),
@@ -196,6 +197,26 @@ def measure(
             overrides=dict(classifier.overrides) if classifier is not None else {},
             tokens=tokens,
         )
+
+
+def load_measurement(
+    runs: Sequence[RunResult], evidence: Sme2Evidence | None, *, timed: bool
+) -> LoadMeasurement | None:
+    """One variant's load cost and memory from its runner processes: the fastest program load
+    and method init (a busy neighbour only slows them), the largest peak resident memory; where
+    time means nothing, neither (qemu's resident memory is its own), and init in instructions
+    from the evidence run."""
+    loads = [run.load for run in runs if run.load is not None]
+    if not loads:
+        return None
+    return LoadMeasurement(
+        planned_bytes=loads[0].planned_bytes,
+        state_copy_bytes=loads[0].state_copy_bytes,
+        peak_rss_bytes=max(load.peak_rss_bytes for load in loads) if timed else None,
+        program_load_ms=min(load.program_load_ms for load in loads) if timed else None,
+        method_init_ms=min(load.method_init_ms for load in loads) if timed else None,
+        init_instructions=evidence.init_instructions if evidence else None,
+    )
 
 
 @contextmanager

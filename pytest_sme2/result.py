@@ -28,6 +28,34 @@ from pytest_sme2.numerics import ExportNumerics, Numerics
 
 
 @dataclass(frozen=True)
+class LoadMeasurement:
+    """What loading the program cost one variant, and the memory it held.
+
+    XNNPACK and KleidiAI pack the weights when the method is initialised, and SME2 on and off
+    pack differently, so init is measured per variant: as time (the fastest timing-only runner
+    process) where time means something, as the guest instructions of ``Method::init`` where the
+    device counts them (exact, like an inference's). The planned memory is the program's (the
+    same on every machine); peak resident memory is the runner process's, max over its
+    processes, and includes the runner's copy of the planned memory (``state_copy_bytes``) that
+    restores it before each execution; emulated, it would be qemu's own and is not kept.
+    """
+
+    planned_bytes: int
+    state_copy_bytes: int
+    peak_rss_bytes: int | None = None
+    program_load_ms: float | None = None
+    method_init_ms: float | None = None
+    init_instructions: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LoadMeasurement:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class VariantMeasurement:
     """One variant's latencies and its traced run, analysed.
 
@@ -47,6 +75,8 @@ class VariantMeasurement:
     #: kernels/instruction counts, from devices that can show them (qemu exec log, kernel log);
     #: the counted inference's trace is summarised in ``profile``, not kept here
     evidence: Sme2Evidence | None = None
+    #: load and init cost and memory, where the runner reports them
+    load: LoadMeasurement | None = None
 
     def to_json(self, base: Path) -> dict[str, Any]:
         return {
@@ -57,6 +87,7 @@ class VariantMeasurement:
             "etdump": _relative(self.etdump, base),
             "outputs": None if self.outputs is None else _relative(self.outputs, base),
             "evidence": None if self.evidence is None else _evidence_json(self.evidence),
+            "load": None if self.load is None else self.load.to_json(),
         }
 
     @classmethod
@@ -70,6 +101,7 @@ class VariantMeasurement:
             etdump=_resolve(data["etdump"], base),
             outputs=None if data["outputs"] is None else _resolve(data["outputs"], base),
             evidence=None if evidence is None else _evidence_from_json(evidence),
+            load=None if data.get("load") is None else LoadMeasurement.from_json(data["load"]),
         )
 
 
@@ -199,6 +231,7 @@ def _evidence_json(evidence: Sme2Evidence) -> dict[str, Any]:
         "source": evidence.source,
         "kernels": [asdict(kernel) for kernel in evidence.kernels],
         "operator_kernels": [op.to_json() for op in evidence.operator_kernels],
+        "init_instructions": evidence.init_instructions,
     }
 
 
@@ -219,6 +252,7 @@ def _evidence_from_json(data: Mapping[str, Any]) -> Sme2Evidence:
         operator_kernels=tuple(
             OperatorKernels.from_json(op) for op in data.get("operator_kernels", ())
         ),
+        init_instructions=data.get("init_instructions"),
     )
 
 

@@ -136,6 +136,9 @@ class Sme2Evidence:
     #: per operator event of the counted inference, the functions that executed in it and their
     #: instructions (qemu-sme2: :func:`pytest_sme2.attribution.operator_kernels`)
     operator_kernels: tuple[OperatorKernels, ...] = ()
+    #: instructions of the method's one-time init (``Method::init``: memory plan, delegate init,
+    #: where XNNPACK and KleidiAI pack the weights), where the device counts them
+    init_instructions: int | None = None
 
 
 OptionGetter = Callable[[str], Any]

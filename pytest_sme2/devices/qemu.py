@@ -13,6 +13,7 @@ import errno
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -26,7 +27,12 @@ from pytest_sme2.devices.provision import (
     qemu_command,
     read_hwcaps,
 )
-from pytest_sme2.devices.qemu_log import EXECUTE_SYMBOL, InstructionCount, count_calls
+from pytest_sme2.devices.qemu_log import (
+    EXECUTE_SYMBOL,
+    INIT_SYMBOL,
+    InstructionCount,
+    count_calls,
+)
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.kernels import kernels_of_operators
 from pytest_sme2.runner.build import build_runner, executorch_version
@@ -181,8 +187,8 @@ class QemuSme2Device(Device):
         *,
         timeout_s: float | None = None,
     ) -> Sme2Evidence:
-        """Instructions of one steady-state inference, split by its ETDump events, and the
-        kernels it executed.
+        """Instructions of one steady-state inference, split by its ETDump events, the kernels
+        it executed, and the instructions of the method's init (where the weights are packed).
 
         One traced run of two inferences with qemu's execution log streamed through a FIFO into
         the counter (the log, 300+ MB per inference, never touches the disk); the second
@@ -200,7 +206,7 @@ class QemuSme2Device(Device):
         try:
             calls, result = _count_while(
                 fifo,
-                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL),
+                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL),
                 lambda: run_runner(
                     binary,
                     model,
@@ -214,6 +220,8 @@ class QemuSme2Device(Device):
             )
         finally:
             fifo.unlink(missing_ok=True)
+        inits = [call for call in calls if call.function == INIT_SYMBOL]
+        calls = [call for call in calls if call.function == EXECUTE_SYMBOL]
         if len(calls) != plan.warmup + plan.runs:
             raise RunnerError(
                 f"{model}: the qemu log shows {len(calls)} inference(s), the runner ran "
@@ -229,7 +237,7 @@ class QemuSme2Device(Device):
             inference.interval_functions,
             result.etdump,
         )
-        return kernel_evidence(
+        evidence = kernel_evidence(
             executed_kernels(inference),
             source=EVIDENCE_SOURCE,
             instructions=counted.runs[0].e2e_ns,
@@ -238,6 +246,7 @@ class QemuSme2Device(Device):
             executed=kernels_of_operators(operators),
             operator_kernels=operators,
         )
+        return replace(evidence, init_instructions=inits[0].total if len(inits) == 1 else None)
 
 
 def executed_kernels(count: InstructionCount) -> list[str]:

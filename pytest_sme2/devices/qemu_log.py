@@ -51,6 +51,13 @@ QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
 EXECUTE_SYMBOL = "_ZN10executorch7runtime6Method7executeEv"
 """``executorch::runtime::Method::execute()`` in ``libexecutorch.so``: one call per inference."""
 
+INIT_SYMBOL = (
+    "_ZN10executorch7runtime6Method4initEPN21executorch_flatbuffer13ExecutionPlanEPKNS0_12"
+    "NamedDataMapEPKNS0_21LoadBackendOptionsMapE"
+)
+"""``executorch::runtime::Method::init(...)`` in ``libexecutorch.so``: the method's one-time set-up
+(memory plan, delegate init: XNNPACK and KleidiAI pack the weights), inside ``load_method``."""
+
 UNMAPPED = ""
 """``InstructionCount.libraries`` key of code not mapped from a file by the guest's own ``mmap``
 (the main executable and the dynamic loader, which qemu itself loads)."""
@@ -118,6 +125,8 @@ class InstructionCount:
     #: first: since the call's entry), code without a symbol under :func:`unnamed_code`: each
     #: sums exactly to the read's ``instructions`` less the previous read's
     interval_functions: tuple[Mapping[str, int], ...] = ()
+    #: the marker function whose call this counts (:func:`count_calls`); "" for a whole log
+    function: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,7 +240,8 @@ class _Call:
     dropped when the call ends, unless the call read no clock at all.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, function: str) -> None:
+        self.function = function
         self.counted = _Segment()
         self.tail = _Segment()
         self.reads: list[ClockRead] = []
@@ -246,14 +256,16 @@ class _Call:
         self.reads.append(ClockRead(ns, self.counted.instructions))
 
     def end(self, blocks: Mapping[int, _Block]) -> _Counted:
-        """The call's counted segment, its clock reads and their intervals' tallies."""
+        """The call's function, its counted segment, its clock reads and their intervals'
+        tallies."""
         self.tail.fold(blocks)
         counted = self.tail if self.counted.executions == 0 else self.counted
-        return counted, tuple(self.reads), tuple(self.intervals)
+        return self.function, counted, tuple(self.reads), tuple(self.intervals)
 
 
-#: a counted call: its tally, its clock reads, and per read the tally since the previous one
-_Counted = tuple[_Segment, tuple[ClockRead, ...], tuple[Counter[int], ...]]
+#: a counted call: its function, its tally, its clock reads, and per read the tally since the
+#: previous one
+_Counted = tuple[str, _Segment, tuple[ClockRead, ...], tuple[Counter[int], ...]]
 
 
 def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> InstructionCount:
@@ -268,8 +280,11 @@ def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> Instruct
     return count
 
 
-def count_calls(log_path: Path, symbols: Iterable[Path], function: str) -> list[InstructionCount]:
-    """One count per call of ``function`` (an ELF symbol of one of ``symbols``), in call order.
+def count_calls(
+    log_path: Path, symbols: Iterable[Path], function: str, *more: str
+) -> list[InstructionCount]:
+    """One count per call of ``function`` (an ELF symbol of one of ``symbols``), in call order;
+    with ``more`` functions, of any of them, each count naming its function.
 
     Why: in a short run, process start-up, program loading and weight packing dwarf one
     inference, and the first inference carries one-time set-up; with ``function`` the runner's
@@ -278,37 +293,41 @@ def count_calls(log_path: Path, symbols: Iterable[Path], function: str) -> list[
     A call is counted from its entry to the last clock read (``clock_gettime``) before the next
     call or before the guest next opens a file: the caller's clock read right after the call
     marks its end (the last call's, too, though the runner goes on to format its results), and
-    the runner opens no file inside its inference loop. Raises TraceError as
-    :func:`count_instructions` does, and when ``function`` is not in ``symbols`` or never ran.
+    the runner opens no file inside its inference loop (nor between method init and it). Raises
+    TraceError as :func:`count_instructions` does, and when a function is not in ``symbols`` or
+    none ran.
     """
     paths = list(symbols)
     tables = [_Symbols(path) for path in paths]
-    offsets = {
-        table.name: offset
-        for table in tables
-        if (offset := table.file_offset(function)) is not None
-    }
-    if not offsets:
-        names = ", ".join(path.name for path in paths) or "no symbol files"
-        raise TraceError(log_path, f"no function {function!r} in {names}")
-    return _stream(log_path, tables, (function, offsets))
+    markers: dict[str, dict[str, int]] = {}
+    for name in (function, *more):
+        offsets = {
+            table.name: offset
+            for table in tables
+            if (offset := table.file_offset(name)) is not None
+        }
+        if not offsets:
+            names = ", ".join(path.name for path in paths) or "no symbol files"
+            raise TraceError(log_path, f"no function {name!r} in {names}")
+        markers[name] = offsets
+    return _stream(log_path, tables, markers)
 
 
 def _stream(
-    log_path: Path, tables: list[_Symbols], marker: tuple[str, Mapping[str, int]] | None
+    log_path: Path, tables: list[_Symbols], markers: Mapping[str, Mapping[str, int]] | None
 ) -> list[InstructionCount]:
-    """Stream the log once. Without a ``marker`` everything is one segment. With one (a function
-    and its file offset per library file name), each entry into the function starts a call,
-    found by its pc once the guest maps its library, and the first ``openat`` after the first
-    call ends the calls (see :func:`count_calls`)."""
+    """Stream the log once. Without ``markers`` everything is one segment. With them (functions
+    and their file offset per library file name), each entry into one of the functions starts a
+    call, found by its pc once the guest maps its library, and the first ``openat`` after the
+    first call ends the calls (see :func:`count_calls`)."""
     blocks: dict[int, _Block] = {}
     whole = _Segment()
     calls: list[_Counted] = []
     call: _Call | None = None
-    segment: _Segment | None = None if marker else whole  # where Trace lines go; None: nowhere
+    segment: _Segment | None = None if markers else whole  # where Trace lines go; None: nowhere
     fds: dict[int, str] = {}
     mappings: dict[int, _Mapping] = {}
-    entry: bytes | None = None  # "/<pc>/" of the marker's entry as Trace lines spell it
+    entries: dict[bytes, str] = {}  # "/<pc>/" of a marker's entry as Trace lines spell it
     block_pc: int | None = None
     block_symbol = ""
     block_insns = block_sme = 0
@@ -319,10 +338,11 @@ def _stream(
     with handle:
         for line in handle:
             if line.startswith(b"Trace "):
-                if entry is not None and entry in line:
+                entered = next((name for at, name in entries.items() if at in line), None)
+                if entered is not None:
                     if call is not None:
                         calls.append(call.end(blocks))
-                    call = _Call()
+                    call = _Call(entered)
                     segment = call.tail
                 if segment is not None:
                     # the whole line: parsed once per distinct line, in fold()
@@ -363,17 +383,18 @@ def _stream(
                     start, offset = int(match[5], 16), int(match[4], 0)
                     mapping = _Mapping(start, start + int(match[1]), fds[fd], offset)
                     mappings[start] = mapping
-                    at = marker[1].get(mapping.name) if marker else None
-                    if at is not None and offset <= at < offset + mapping.end - start:
-                        entry = b"/%016x/" % (start + at - offset)
-    if marker:
+                    for name, offsets in (markers or {}).items():
+                        at = offsets.get(mapping.name)
+                        if at is not None and offset <= at < offset + mapping.end - start:
+                            entries[b"/%016x/" % (start + at - offset)] = name
+    if markers:
         if call is None:
-            raise TraceError(log_path, f"{marker[0]} never ran in the logged run")
+            raise TraceError(log_path, f"{' nor '.join(markers)} never ran in the logged run")
         calls.append(call.end(blocks))
     else:
         whole.fold(blocks)
-        calls.append((whole, (), ()))
-    if sum(segment.executions for segment, _, _ in calls) == 0:
+        calls.append(("", whole, (), ()))
+    if sum(segment.executions for _, segment, _, _ in calls) == 0:
         raise TraceError(
             log_path, f"no executed blocks in the qemu log: run qemu with -d {QEMU_LOG_FLAGS}"
         )
@@ -397,7 +418,7 @@ def _attribute(
 ) -> InstructionCount:
     """Sum the per-pc tallies into functions and libraries (and each interval's into functions;
     every pc is looked up once)."""
-    tally, reads, intervals = call
+    function_name, tally, reads, intervals = call
     tables = {table.name: table for table in symbol_tables}
     starts = [m.start for m in mappings]
     functions: Counter[str] = Counter()
@@ -434,4 +455,5 @@ def _attribute(
         blocks=tally.executions,
         clock_reads=reads,
         interval_functions=tuple(per_interval),
+        function=function_name,
     )

@@ -83,7 +83,7 @@ from pytest_sme2.ops import parse_op_name
 from pytest_sme2.report.chrome_trace import write_chrome_trace
 from pytest_sme2.report.content import ordered_variants
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.result import Measurement
+from pytest_sme2.result import LoadMeasurement, Measurement
 from pytest_sme2.stats import LatencyStats
 from pytest_sme2.trace import Run, Trace, read_etdump
 
@@ -422,10 +422,27 @@ def kit_results(m: Measurement, files: Mapping[Variant, VariantFiles], base: Pat
                     "log": None,  # the runner's log stays with its run in .sme2-runs
                     "etdump_rel": _rel(etdump, base) if etdump.is_file() else None,
                     "log_rel": None,
+                    **load_metrics(m.variants[variant].load),
                 },
             }
         )
     return results
+
+
+def load_metrics(load: LoadMeasurement | None) -> dict[str, Any]:
+    """Load and memory in the kit's metrics, beside the latencies: ``model_load_ms`` as
+    ExecuTorch's dashboards name load time (program load + method init), nothing under an
+    ``_ms`` name where time is emulated (the kit reads those as milliseconds)."""
+    if load is None:
+        return {}
+    timed = load.program_load_ms is not None and load.method_init_ms is not None
+    return {
+        "model_load_ms": load.program_load_ms + load.method_init_ms if timed else None,
+        "method_init_ms": load.method_init_ms,
+        "init_instructions": load.init_instructions,
+        "planned_memory_bytes": load.planned_bytes,
+        "peak_rss_bytes": load.peak_rss_bytes,
+    }
 
 
 def metrics(m: Measurement, files: Mapping[Variant, VariantFiles], base: Path) -> dict[str, Any]:

@@ -481,7 +481,9 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
             return e2e_text(m, variant)
         return ms(timing_stats(m, variant).median_ms)
 
-    from pytest_sme2.report.throughput import per_token_text  # it builds on this module
+    # they build on this module
+    from pytest_sme2.report.load import init_text
+    from pytest_sme2.report.throughput import per_token_text
 
     row = {
         "model": m.model,
@@ -493,6 +495,7 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
     }
     if m.tokens:  # a language model's phase: its throughput as users compare it
         row["per token (on)"] = per_token_text(m, head)
+    row["method init"] = init_text(m.variants[head].load)
     return {
         **row,
         "top category": f"{top} {100 * shares[top]:.0f}% ({head})",

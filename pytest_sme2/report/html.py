@@ -16,6 +16,7 @@ from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
 from pytest_sme2.report import evidence as e
 from pytest_sme2.report.charts import data_uri
+from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.result import Measurement
 
@@ -101,6 +102,10 @@ def extra_html(
     if tokens is not None:
         line = phase_line(m) or ""
         parts.append(f"<h4>Throughput</h4>{tokens.html()}<p>{html.escape(line)}</p>")
+    loading = load_table(m)
+    if loading is not None:
+        line = load_line(m) or ""
+        parts.append(f"<h4>Load and memory</h4>{loading.html()}<p>{html.escape(line)}</p>")
     parts.append(
         f"<h4>Categories (mean {html.escape(c.unit(m))} per traced run)</h4>"
         + c.category_table(m).html()

@@ -17,6 +17,7 @@ from pytest_sme2.gates import Verdict
 from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
 from pytest_sme2.report import evidence as e
+from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.result import Measurement
 
@@ -79,6 +80,9 @@ def case_report(
     tokens = throughput_table(m)
     if tokens is not None:
         parts.append(_section("Throughput", tokens.markdown(), phase_line(m) or ""))
+    loading = load_table(m)
+    if loading is not None:
+        parts.append(_section("Load and memory", loading.markdown(), load_line(m) or ""))
     parts.append(
         _section(
             f"Category breakdown (mean {c.unit(m)} per traced run, share of E2E)",
@@ -159,9 +163,14 @@ def session_report(
     ``base`` makes the links to per-test report.md files relative (the session report's folder).
     """
     rows = [c.summary_row(e.measurement, e.verdicts) for e in entries]
-    headers = ("test", *rows[0].keys()) if rows else ("test",)
+    # a column only some rows have (tokens per second: language models only) reads "—" elsewhere
+    keys = list(dict.fromkeys(key for row in rows for key in row))
     table = c.Table(
-        headers, tuple((e.nodeid, *row.values()) for e, row in zip(entries, rows, strict=True))
+        ("test", *keys),
+        tuple(
+            (e.nodeid, *(row.get(key, "—") for key in keys))
+            for e, row in zip(entries, rows, strict=True)
+        ),
     )
     failed = sum(1 for e in entries if any(v.status.value == "fail" for v in e.verdicts))
     parts = [

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_sme2.errors import ConfigError, RunnerError
 
@@ -67,6 +68,34 @@ class RunPlan:
 
 
 @dataclass(frozen=True)
+class LoadStats:
+    """What loading cost one runner process, and the memory it held (the runner's timings)."""
+
+    program_load_ms: float  # read and verify the .pte
+    method_init_ms: float  # memory plan and delegate init: XNNPACK/KleidiAI pack weights here
+    planned_bytes: int  # the memory plan's arenas: activations, inputs, mutable buffers
+    #: the runner's own copy of the planned memory, to restore it before each execution: in
+    #: ``peak_rss_bytes``, and not the program's
+    state_copy_bytes: int
+    peak_rss_bytes: int  # the process's peak resident memory (libraries, weights, arenas)
+
+    @classmethod
+    def from_timings(cls, timings: Mapping[str, Any]) -> LoadStats | None:
+        """From a timings file; None where a runner built elsewhere (``--sme2-runner-on``) wrote
+        none of it."""
+        try:
+            return cls(
+                program_load_ms=float(timings["program_load_ms"]),
+                method_init_ms=float(timings["method_init_ms"]),
+                planned_bytes=int(timings["planned_bytes"]),
+                state_copy_bytes=int(timings["state_copy_bytes"]),
+                peak_rss_bytes=int(timings["peak_rss_bytes"]),
+            )
+        except KeyError:
+            return None
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What one runner process produced."""
 
@@ -77,6 +106,8 @@ class RunResult:
     log: str  # runner stdout+stderr
     command: tuple[str, ...]
     traced: bool
+    #: load times and memory, where the runner reports them
+    load: LoadStats | None = None
 
 
 def runner_command(
@@ -307,6 +338,7 @@ def collect_result(
         timings = json.loads(timings_path.read_text())
         latencies = [float(value) for value in timings["latencies_ms"]]
         warmup = int(timings["warmup"])
+        load = LoadStats.from_timings(timings)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise RunnerError(
             f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
@@ -329,4 +361,5 @@ def collect_result(
         log=log,
         command=tuple(command),
         traced=plan.traced,
+        load=load,
     )

@@ -6,7 +6,9 @@
 //   --warmup N    executions before the measured ones (traced too, so a trace holds W+N runs)
 //   --inputs F    real inputs, as a tensor file (format in pytest_sme2/tensors.py)
 //   --outputs F   the outputs of the last execution, as a tensor file
-//   --timings F   JSON: per-execution wall-clock latencies (steady clock around Method::execute)
+//   --timings F   JSON: per-execution wall-clock latencies (steady clock around Method::execute),
+//                 program load and method init times (init is where XNNPACK packs the weights),
+//                 the planned memory and the process's peak resident memory
 //   --method M    the method to run (default: forward)
 // Without --etdump_path no event tracer is attached at all, so timing-only latencies carry no
 // tracing overhead.
@@ -42,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 // libexecutorch_threadpool.so exports these but the wheel ships no threadpool.h. Only member
@@ -396,7 +399,8 @@ struct BoundInput {
 };
 
 std::vector<std::unique_ptr<BoundInput>> bind_inputs(const MethodMeta& meta,
-                                                     const Options& options) {
+                                                     const Options& options,
+                                                     std::vector<HostTensor> tensors) {
   std::vector<std::unique_ptr<BoundInput>> bound;
   if (meta.num_inputs() == 0) {
     return bound;
@@ -406,7 +410,6 @@ std::vector<std::unique_ptr<BoundInput>> bind_inputs(const MethodMeta& meta,
              std::to_string(meta.num_inputs()) + " input(s)",
          kExitUsage);
   }
-  std::vector<HostTensor> tensors = read_tensor_file(options.inputs_path);
   if (tensors.size() != meta.num_inputs()) {
     fail("inputs file " + options.inputs_path + " holds " + std::to_string(tensors.size()) +
          " tensor(s) but method '" + options.method + "' takes " +
@@ -511,7 +514,31 @@ std::string json_number(double value) {
   return buf;
 }
 
-void write_timings(const Options& options, size_t threads, double load_ms,
+// What loading cost and what the process held: program load (read and verify the .pte) and
+// method init (memory plan, delegate init: XNNPACK and KleidiAI pack the weights here) apart, as
+// SME2 on and off pack differently.
+struct LoadStats {
+  double program_load_ms = 0;
+  double method_init_ms = 0;
+  uint64_t planned_bytes = 0;  // the memory plan's arenas (activations, inputs, mutable buffers)
+  uint64_t state_copy_bytes = 0;  // the runner's own copy of them, to restore each execution
+};
+
+// The process's peak resident memory so far, in bytes (Linux and Android count ru_maxrss in
+// KiB, macOS in bytes).
+uint64_t peak_rss_bytes() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) {
+    return 0;
+  }
+#ifdef __APPLE__
+  return static_cast<uint64_t>(usage.ru_maxrss);
+#else
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+#endif
+}
+
+void write_timings(const Options& options, size_t threads, const LoadStats& load,
                    const std::vector<double>& latencies_ms) {
   std::ostringstream json;
   json << "{\"warmup\": " << options.warmup << ", \"num_executions\": " << options.num_executions
@@ -521,7 +548,12 @@ void write_timings(const Options& options, size_t threads, double load_ms,
   for (size_t i = 0; i < latencies_ms.size(); ++i) {
     json << (i ? ", " : "") << json_number(latencies_ms[i]);
   }
-  json << "], \"load_ms\": " << json_number(load_ms);
+  json << "], \"load_ms\": " << json_number(load.program_load_ms + load.method_init_ms)
+       << ", \"program_load_ms\": " << json_number(load.program_load_ms)
+       << ", \"method_init_ms\": " << json_number(load.method_init_ms)
+       << ", \"planned_bytes\": " << load.planned_bytes
+       << ", \"state_copy_bytes\": " << load.state_copy_bytes
+       << ", \"peak_rss_bytes\": " << peak_rss_bytes();
   if (std::strlen(SME2_EXECUTORCH_VERSION) > 0) {
     json << ", \"executorch_version\": " << json_string(SME2_EXECUTORCH_VERSION);
   }
@@ -572,6 +604,14 @@ int run(const Options& options) {
       fail("model " + options.model_path + " is not an ExecuTorch program (.pte)");
   }
 
+  // Read before loading: the inputs file is the last file the runner opens before its
+  // executions, so an instruction counter that stops at the next file opened (qemu-sme2's exec
+  // log) sees method init and every execution.
+  std::vector<HostTensor> input_tensors;
+  if (!options.inputs_path.empty()) {
+    input_tensors = read_tensor_file(options.inputs_path);
+  }
+  LoadStats load;
   const auto load_start = std::chrono::steady_clock::now();
   auto loader = unwrap(executorch::extension::MmapDataLoader::from(
                            options.model_path.c_str(),
@@ -583,12 +623,15 @@ int run(const Options& options) {
       unwrap(program.method_meta(options.method.c_str()),
              "finding method '" + options.method + "' in " + options.model_path);
 
+  load.program_load_ms = ms_since(load_start);
+
   std::vector<std::vector<uint8_t>> planned_buffers;
   std::vector<Span<uint8_t>> planned_spans;
   for (size_t i = 0; i < meta.num_memory_planned_buffers(); ++i) {
     const int64_t size = unwrap(meta.memory_planned_buffer_size(i), "reading planned buffer size");
     planned_buffers.emplace_back(static_cast<size_t>(size));
     planned_spans.emplace_back(planned_buffers.back().data(), planned_buffers.back().size());
+    load.planned_bytes += static_cast<uint64_t>(size);
   }
   HierarchicalAllocator planned_memory({planned_spans.data(), planned_spans.size()});
   executorch::extension::MallocMemoryAllocator method_allocator;
@@ -599,12 +642,14 @@ int run(const Options& options) {
   if (!options.etdump_path.empty()) {
     etdump = std::make_unique<executorch::etdump::ETDumpGen>();
   }
+  const auto init_start = std::chrono::steady_clock::now();
   Method method = unwrap(program.load_method(options.method.c_str(), &memory_manager, etdump.get()),
                          "load_method('" + options.method + "')");
-  const double load_ms = ms_since(load_start);
+  load.method_init_ms = ms_since(init_start);
 
-  const auto bound_inputs = bind_inputs(meta, options);
+  const auto bound_inputs = bind_inputs(meta, options, std::move(input_tensors));
   const PlannedState initial_state(planned_buffers);
+  load.state_copy_bytes = load.planned_bytes;
 
   const long total = options.warmup + options.num_executions;
   std::vector<double> latencies_ms;
@@ -639,7 +684,7 @@ int run(const Options& options) {
     write_atomic(options.etdump_path, result.buf, result.size);
   }
   if (!options.timings_path.empty()) {
-    write_timings(options, threads, load_ms, latencies_ms);
+    write_timings(options, threads, load, latencies_ms);
   }
   return 0;
 }
