@@ -41,9 +41,13 @@ if TYPE_CHECKING:
 
 #: The record layout written now. A change of layout bumps it and adds the step from the version
 #: before to :data:`UPGRADES`, so every record ever written stays readable.
-SCHEMA_VERSION = 1
+#: 2: ``no_commit``, why a record has no commit
+SCHEMA_VERSION = 2
 #: schema version → the function lifting a record's JSON of that version to the next one
-UPGRADES: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+UPGRADES: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # a version-1 record without a commit did not say why
+    1: lambda doc: {**doc, "no_commit": None if doc["commit"] else "not recorded (schema 1)"},
+}
 #: A history file's name ends so.
 SUFFIX = ".jsonl"
 #: The trend page a session writes into its history directory: the one other file expected there.
@@ -67,6 +71,8 @@ class GitState:
     dirty: bool | None = None
     #: the commit's committer time, ISO 8601: orders commits when the repository is not at hand
     commit_time: str | None = None
+    #: why there is no commit (git missing, not a git repository, no commit yet), for the page
+    no_commit: str | None = None
 
 
 def _git(root: Path, *args: str) -> str:
@@ -76,26 +82,47 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def git_state(root: Path) -> tuple[GitState, str | None]:
-    """The git state of the repository holding ``root``, and a warning line when there is none.
-
-    A CI checkout is a detached HEAD: the branch is then taken from GitHub's ``GITHUB_HEAD_REF``
-    (a pull request) or ``GITHUB_REF_NAME``, else left None.
-    """
+def _git_state_of(root: Path) -> GitState:
+    """The git state of the repository holding ``root``; without a commit, ``no_commit`` says
+    why in words a reader of the history page acts on."""
     try:
         commit = _git(root, "rev-parse", "HEAD")
         branch: str | None = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
         dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
         commit_time = _git(root, "show", "-s", "--format=%cI", "HEAD")
     except FileNotFoundError:
-        return GitState(), f"no git: history records of {root} carry no commit"
+        return GitState(no_commit="git missing (no git on PATH)")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
-        cause = (getattr(err, "stderr", "") or "").strip().splitlines()
-        why = cause[-1] if cause else str(err)
-        return GitState(), f"{root} is not a git commit ({why}): history records carry no commit"
+        said = (getattr(err, "stderr", "") or "").strip()
+        why = said.splitlines()[0] if said else str(err)
+        if "not a git repository" in said:
+            return GitState(no_commit=f"not a git repository: {root}")
+        if "ambiguous argument 'HEAD'" in said:
+            return GitState(no_commit=f"no commit yet in the repository of {root}")
+        return GitState(no_commit=f"git failed in {root}: {why}")
     if branch == "HEAD":
         branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or None
-    return GitState(commit, branch, dirty, commit_time), None
+    return GitState(commit, branch, dirty, commit_time)
+
+
+def git_state(*roots: Path) -> tuple[GitState, str | None]:
+    """The git state of the first of ``roots`` inside a repository with a commit, and a warning
+    line when none is.
+
+    The plugin passes the directory pytest was invoked in, then the rootdir: pytest takes
+    existing paths among option values it does not know yet for test paths (``--sme2-baseline-dir
+    ../b``), which can move the rootdir out of the project's repository; where the user stands
+    cannot move. A CI checkout is a detached HEAD and still has its commit; the branch is then
+    taken from GitHub's ``GITHUB_HEAD_REF`` (a pull request) or ``GITHUB_REF_NAME``, else None.
+    """
+    states = []
+    for root in dict.fromkeys(roots):
+        state = _git_state_of(root)
+        if state.commit is not None:
+            return state, None
+        states.append(state)
+    first = states[0]
+    return first, f"history records carry no commit: {first.no_commit}"
 
 
 @dataclass(frozen=True)
@@ -128,6 +155,7 @@ class HistoryRecord:
             "branch": self.git.branch,
             "dirty": self.git.dirty,
             "commit_time": self.git.commit_time,
+            "no_commit": self.git.no_commit,
             "device": self.device,
             "class_id": m.device.class_id,
             "machine_class": dict(m.device.machine_class),
@@ -156,7 +184,9 @@ class HistoryRecord:
         return cls(
             measurement=Measurement.from_json(doc["measurement"], artifacts),
             verdicts=tuple(Verdict.from_json(v) for v in doc["verdicts"]),
-            git=GitState(doc["commit"], doc["branch"], doc["dirty"], doc["commit_time"]),
+            git=GitState(
+                doc["commit"], doc["branch"], doc["dirty"], doc["commit_time"], doc["no_commit"]
+            ),
             time=datetime.fromisoformat(doc["time"]),
             device=doc["device"],
             nodeid=doc["nodeid"],
@@ -170,7 +200,7 @@ class HistoryError(Sme2Error):
 
 
 class HistoryWarning(UserWarning):
-    """The session's history records carry no commit (no git, or not a repository)."""
+    """The session's history records carry no commit (git missing, not a repository, none yet)."""
 
 
 def session_file_name(now: datetime, worker: str) -> str:

@@ -447,15 +447,17 @@ def sme2_history(
 ) -> Iterator[HistoryLog | None]:
     """This session's (and xdist worker's) history file under ``--sme2-history``, else None.
 
-    The commit is read once, from the git repository of the rootdir: with no git or no
-    repository the records carry none, and one warning says so; it never fails a test.
+    The commit is read once, from the git repository of the directory pytest was invoked in,
+    else the rootdir's (``history.git_state`` says why in that order): with no git or no
+    repository the records carry none and say why, and one warning says so; it never fails a
+    test.
     """
     if sme2_settings.history is None:
         yield None
         return
     from pytest_sme2.history import HistoryLog, HistoryWarning, git_state
 
-    git, warning = git_state(pytestconfig.rootpath)
+    git, warning = git_state(pytestconfig.invocation_params.dir, pytestconfig.rootpath)
     if warning:
         warnings.warn(HistoryWarning(warning), stacklevel=1)
     log = HistoryLog(sme2_settings.history, git, os.environ.get("PYTEST_XDIST_WORKER", "main"))

@@ -101,6 +101,11 @@ def _commit(project: Path, number: int, width: int | None = None) -> str:
 
 def _session(project: Path, history: Path, device: str = "qemu-sme2", *more: str) -> str:
     """One cheap qemu-sme2 session of the project, recording its history."""
+    return _pytest(project, f"--sme2-device={device}", f"--sme2-history={history}", *more)
+
+
+def _pytest(project: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """One cheap session of the project's test, invoked in ``project`` with ``args``."""
     done = subprocess.run(
         [
             sys.executable,
@@ -109,17 +114,15 @@ def _session(project: Path, history: Path, device: str = "qemu-sme2", *more: str
             "-p",
             "no:cacheprovider",
             "test_model.py",
-            f"--sme2-device={device}",
             "--sme2-runs=2",
             "--sme2-rounds=1",
             "--sme2-traced-runs=2",
             "--sme2-update-baselines",
             "--sme2-artifacts=artifacts",
-            f"--sme2-history={history}",
-            *more,
+            *args,
         ],
         cwd=project,
-        env={**os.environ, "SME2_CACHE_DIR": str(CACHE)},
+        env={**os.environ, "SME2_CACHE_DIR": str(CACHE), **(env or {})},
         capture_output=True,
         text=True,
         timeout=900,
@@ -230,13 +233,14 @@ def test_two_devices_land_in_one_page_and_bad_files_are_named_one_line_each(
     for device in ("qemu-sme2:vl=32", "qemu-sme2:vl=64"):
         runners[device] = tmp_path / device.replace(":", "@")
         inner = _session(project, runners[device], device)
-        # no repository: the records carry no commit, and one warning line says so
-        assert inner.count("is not a git commit") == 1, inner
+        # no repository: the records carry no commit, and one warning line says why
+        assert inner.count("history records carry no commit: not a git repository") == 1, inner
     merged = tmp_path / "merged"
     for device, directory in runners.items():
         shutil.copytree(directory, merged / device.replace(":", "@"))  # download-artifact layout
     good = json.loads(next(runners["qemu-sme2:vl=64"].glob("*.jsonl")).read_text())
     assert good["commit"] is None and good["device"] == "qemu-sme2:vl=64"
+    assert good["no_commit"] == f"not a git repository: {project}"
     line = json.dumps(good)
     (merged / "truncated.jsonl").write_text(line + "\n" + line[: len(line) // 2])
     (merged / "foreign.jsonl").write_text(json.dumps({"benchmarks": []}) + "\n")
@@ -262,6 +266,9 @@ def test_two_devices_land_in_one_page_and_bad_files_are_named_one_line_each(
     assert "3 record(s), 2 case(s) × device(s)." in summary
     rows = [line for line in summary.splitlines() if line.startswith("| trend_net fp32 |")]
     assert [row.split(" | ")[1] for row in rows] == ["qemu-sme2:vl=32", "qemu-sme2:vl=64"]
+    # a record without a commit says why, on the page and in the summary
+    assert all(f"(no commit: not a git repository: {project})" in row for row in rows), rows
+    assert f"(no commit: not a git repository: {project})" in page
     assert "No quantity moved beyond its noise." in summary
 
 
@@ -285,5 +292,57 @@ def test_without_git_the_records_carry_no_commit_and_one_line_says_why(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
     state, warning = git_state(tmp_path)
-    assert state == GitState()
-    assert warning == f"no git: history records of {tmp_path} carry no commit"
+    assert state == GitState(no_commit="git missing (no git on PATH)")
+    assert warning == "history records carry no commit: git missing (no git on PATH)"
+
+
+def test_the_commit_comes_from_where_pytest_was_invoked_then_the_rootdir(tmp_path: Path) -> None:
+    """The first root inside a repository with a commit wins; without one, the first root's
+    reason is the record's."""
+    project = _project(tmp_path / "project", git=True)
+    head = _git(project, "rev-parse", "HEAD")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert git_state(outside, project)[0].commit == head
+    assert git_state(project, outside)[0].commit == head
+    state, warning = git_state(outside)
+    assert state.no_commit == f"not a git repository: {outside}"
+    assert warning == f"history records carry no commit: not a git repository: {outside}"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _git(empty, "init", "-q")
+    assert git_state(empty)[0].no_commit == f"no commit yet in the repository of {empty}"
+
+
+def test_option_paths_outside_the_project_and_a_detached_checkout_keep_their_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's project run as ``pytest --sme2-baseline-dir ../b --sme2-history ../hist``: once
+    ``../b`` exists pytest's rootdir moves above the repository, yet every record names its
+    commit. Then a CI job: a detached checkout, history inside the repository (untracked, so the
+    tree is clean), branch from GitHub's variables."""
+    project = _project(tmp_path / "project", git=True)
+    outside = ["--sme2-baseline-dir", "../b", "--sme2-history", "../hist"]
+    commits = [_git(project, "rev-parse", "HEAD")]
+    inner = _pytest(project, "--sme2-device=qemu-sme2", *outside)
+    commits.append(_commit(project, 2))
+    inner = _pytest(project, "--sme2-device=qemu-sme2", *outside)
+    assert f"rootdir: {tmp_path}" in inner  # the rootdir did move out of the repository
+    assert "carry no commit" not in inner, inner
+    _git(project, "checkout", "-q", "--detach")
+    ci = {"GITHUB_REF_NAME": "main", "GITHUB_HEAD_REF": ""}
+    inner = _pytest(project, "--sme2-device=qemu-sme2", "--sme2-history=hist", env=ci)
+    assert "carry no commit" not in inner, inner
+    records = [
+        json.loads(line)
+        for directory in (tmp_path / "hist", project / "hist")
+        for path in sorted(directory.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert [(r["commit"], r["branch"], r["dirty"], r["no_commit"]) for r in records] == [
+        (commits[0], "main", False, None),
+        (commits[1], "main", False, None),
+        (commits[1], "main", False, None),
+    ]
+    summary, _ = _history(tmp_path / "hist", project, tmp_path / "page.html", capsys)
+    assert f"| {commits[1][:7]} |" in summary, summary

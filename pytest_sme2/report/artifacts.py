@@ -34,9 +34,16 @@ tools read it unchanged (docs: kit-interop.md):
 The runner's own files (timing rounds, traced and evidence runs) are in ``.sme2-runs/``, their
 ETDumps named ``run.etdp``: no kit glob (``**/*.etdump``) reaches them.
 
-Units are what the names say. Time is milliseconds of the device's clock; on an emulated device
-(``emulated: true`` in both JSON files) that clock is the emulator's, and the instruction profile
-our gates judge is only ever under ``*_minstr``/``*_instructions*`` names.
+Units are what the names say. Time is milliseconds of the device's clock — except on an emulated
+device (``emulated: true`` in both JSON files), whose clock is no signal: there the kit-facing
+time (``latency_ms``/``median_ms``… in ``results[]``, ``total_ms``/``avg_ms`` in ops_stats) is
+*modelled* from the exact instruction counts, 1 ms = 1,000,000 guest instructions of one
+steady-state inference (:data:`TIME_MODEL`, also in both JSON files), so the speedup the kit's
+``generate_report.py`` computes from it is our instruction ratio; no kit-named timeline is written
+(its rows would carry the emulator's clock, which the kit prefers over ``metrics.json``). Where an
+emulated device counts no instructions, ``results[]`` carries no latency at all: nothing the kit
+can turn into a speedup. Our own files keep instruction counts under ``*_minstr`` and
+``*_instructions*`` names.
 
 Column meanings where the kit's were wrong or unclear (names are kept exactly):
 
@@ -73,7 +80,7 @@ from typing import Any
 
 import pandas as pd
 
-from pytest_sme2.analysis import INSTRUCTIONS, Profile, event_backend, profile, unit_suffix
+from pytest_sme2.analysis import INSTRUCTIONS, Profile, event_backend, unit_suffix
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.categories import Classifier
 from pytest_sme2.devices.base import Variant, device_file_name
@@ -124,6 +131,15 @@ SESSION_REPORT_NAME = "report.md"
 GENERATOR = "pytest-sme2"
 #: 3: the kit's run manifest, the case record under its ``sme2`` key
 SCHEMA_VERSION = 3
+#: What the kit-facing milliseconds mean on an emulated device (``time_model`` in the manifest
+#: and metrics.json). The emulator's wall time moves with the host's load and JIT, not with the
+#: guest's work (a 3.43× instruction ratio read as a 1.23× "slowdown"); the instruction count of
+#: one inference is exact, and "1 ns = 1 instruction" is the convention of our instruction-timed
+#: profiles already (:mod:`pytest_sme2.attribution`).
+TIME_MODEL = (
+    "modelled: 1 ms = 1,000,000 guest instructions of one steady-state inference (qemu exec "
+    "log); emulated wall time is not a signal"
+)
 
 
 def model_stem(m: Measurement) -> str:
@@ -175,10 +191,13 @@ def ops_stats_columns(unit: str) -> tuple[str, ...]:
     return tuple(c.replace("_ms", suffix) for c in OPS_STATS_COLUMNS)
 
 
-def ops_stats_frame(prof: Profile, model_id: str) -> pd.DataFrame:
+def ops_stats_frame(prof: Profile, model_id: str, *, modelled: bool = False) -> pd.DataFrame:
     """One row per operator kind of ``prof``, largest first, per run as the kit reads them:
-    ``count`` instances per run, the total the mean per run (``ops_stats_columns``)."""
-    columns = ops_stats_columns(prof.unit)
+    ``count`` instances per run, the total the mean per run (``ops_stats_columns``).
+
+    ``modelled``: an instruction profile's values under the kit's ``_ms`` names, as modelled time
+    (:data:`TIME_MODEL`: M instructions read as ms)."""
+    columns = OPS_STATS_COLUMNS if modelled else ops_stats_columns(prof.unit)
     rows = [
         dict(
             zip(
@@ -362,7 +381,7 @@ def analysis_summary(
         csvs = [
             _rel(p, base)
             for p in (f.timeline_all, f.timeline_run0, f.ops_stats, f.instructions_ops)
-            if p is not None
+            if p is not None and p.is_file()
         ]
         csv_files += csvs
         per_etdump.append(
@@ -398,13 +417,26 @@ def analysis_summary(
     }
 
 
+def kit_latencies_ms(m: Measurement, variant: Variant) -> tuple[float, ...]:
+    """The latencies the kit is given for ``variant``: its measured runs in milliseconds of the
+    device's clock where that clock means something; on an emulated device the one inference's
+    guest instructions as modelled time (:data:`TIME_MODEL`), or none where it counts none."""
+    vm = m.variants[variant]
+    if m.device.time_meaningful:
+        return tuple(vm.latencies_ms)
+    if vm.evidence is None or not vm.evidence.instructions:
+        return ()
+    return (vm.evidence.instructions / 1e6,)
+
+
 def kit_results(m: Measurement, files: Mapping[Variant, VariantFiles], base: Path) -> list[dict]:
     """The kit's ``results[]``: per experiment the latencies of the variant's measured runs (its
-    timing-only runs, else its traced runs), in milliseconds of the device's clock."""
+    timing-only runs, else its traced runs) — on an emulated device, modelled time
+    (:func:`kit_latencies_ms`)."""
     results = []
     for variant in ordered_variants(m):
-        latencies = m.variants[variant].latencies_ms
-        stats = LatencyStats.of(latencies)
+        latencies = kit_latencies_ms(m, variant)
+        stats = LatencyStats.of(latencies) if latencies else None
         etdump = files[variant].etdump
         results.append(
             {
@@ -414,10 +446,11 @@ def kit_results(m: Measurement, files: Mapping[Variant, VariantFiles], base: Pat
                     "runs": len(latencies),
                     "threads": m.threads,
                     "latency_ms": list(latencies),
-                    "median_ms": stats.median_ms,
-                    "min_ms": stats.min_ms,
-                    "max_ms": stats.max_ms,
+                    "median_ms": stats.median_ms if stats else None,
+                    "min_ms": stats.min_ms if stats else None,
+                    "max_ms": stats.max_ms if stats else None,
                     "emulated": not m.device.time_meaningful,
+                    **_time_model(m),
                     "etdump": str(etdump.resolve()) if etdump.is_file() else None,
                     "log": None,  # the runner's log stays with its run in .sme2-runs
                     "etdump_rel": _rel(etdump, base) if etdump.is_file() else None,
@@ -445,8 +478,17 @@ def load_metrics(load: LoadMeasurement | None) -> dict[str, Any]:
     }
 
 
+def _time_model(m: Measurement) -> dict[str, str]:
+    """``{"time_model": …}`` where the kit-facing milliseconds are modelled, else nothing."""
+    return {} if m.device.time_meaningful else {"time_model": TIME_MODEL}
+
+
 def metrics(m: Measurement, files: Mapping[Variant, VariantFiles], base: Path) -> dict[str, Any]:
-    return {"emulated": not m.device.time_meaningful, "results": kit_results(m, files, base)}
+    return {
+        "emulated": not m.device.time_meaningful,
+        **_time_model(m),
+        "results": kit_results(m, files, base),
+    }
 
 
 def manifest(
@@ -483,6 +525,7 @@ def manifest(
             "version": m.device.fingerprint.get("executorch", versions["executorch"]),
         },
         "emulated": not m.device.time_meaningful,
+        **_time_model(m),
         "results": kit_results(m, files, base),
         "sme2": {
             "schema_version": SCHEMA_VERSION,
@@ -512,8 +555,11 @@ def _write_variant(
 ) -> VariantFiles:
     """One experiment folder: the variant's ETDump and what is read from it.
 
-    The kit-named CSVs hold time read from the ETDump (an emulator's clock on qemu, as the kit
-    would read it); an instruction-timed profile goes into ``*_instructions_ops.csv`` only."""
+    The kit-named CSVs hold time read from the ETDump where the device's clock means something.
+    On an emulated device they hold no emulated time: ops_stats is the instruction profile as
+    modelled time (:data:`TIME_MODEL`) and no timeline is written, since the kit takes each
+    run's latency from a timeline before metrics.json; the instruction profile is also in
+    ``*_instructions_ops.csv``."""
     vm = m.variants[variant]
     prefix = file_prefix(m, variant)
     folder = directory / experiment(m, variant)
@@ -535,26 +581,32 @@ def _write_variant(
         _write_csv(f.kernels, kernels_frame(prefix, vm.evidence.kernels))
     if f.instructions_ops is not None:
         _write_csv(f.instructions_ops, ops_stats_frame(vm.profile, prefix))
+    if not m.device.time_meaningful:
+        if counted:
+            _write_csv(f.ops_stats, ops_stats_frame(vm.profile, prefix, modelled=True))
+        if vm.etdump.is_file():
+            _link_or_copy(vm.etdump, f.etdump)
+            write_chrome_trace(
+                f.chrome_trace,
+                read_etdump(f.etdump),
+                warmup=0,
+                title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
+                classifier=classifier,
+            )
+        return f
+    # the profile still says what the trace did, where its ETDump is gone
+    _write_csv(f.ops_stats, ops_stats_frame(vm.profile, prefix))
     if not vm.etdump.is_file():
-        if not counted:  # the profile still says what the trace did
-            _write_csv(f.ops_stats, ops_stats_frame(vm.profile, prefix))
         return f
     _link_or_copy(vm.etdump, f.etdump)
     trace = read_etdump(f.etdump)
     backends = vm.profile.backends
-    warmup = 0 if counted else vm.profile.warmup
-    timed = (
-        profile(trace, warmup=warmup, classifier=classifier, backends=backends)
-        if counted
-        else vm.profile
-    )
-    _write_csv(f.ops_stats, ops_stats_frame(timed, prefix))
     _write_csv(f.timeline_all, timeline_frame(trace, prefix, backends=backends))
     _write_csv(f.timeline_run0, timeline_frame(trace, prefix, trace.runs[:1], backends))
     write_chrome_trace(
         f.chrome_trace,
         trace,
-        warmup=warmup,
+        warmup=vm.profile.warmup,
         title=f"{m.model}[{m.dtype}] {variant} on {m.device.name}",
         classifier=classifier,
     )

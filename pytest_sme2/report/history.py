@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.history import Quantity, Series, Step, Trends, quantities
+from pytest_sme2.history import Point, Quantity, Series, Step, Trends, quantities
 from pytest_sme2.report.charts import CATEGORY_COLOURS, DPI, _png, data_uri
 
 #: How many of a case's most recent commits the pytest-html report shows inline.
@@ -119,6 +119,12 @@ def _table_quantities(series: Series) -> list[Quantity]:
     ]
 
 
+def point_label(point: Point) -> str:
+    """The point's commit, or its time and why its records carry no commit."""
+    why = point.last.git.no_commit if point.commit is None else None
+    return f"{point.label} (no commit: {why})" if why else point.label
+
+
 def points_table(series: Series, last: int | None = None) -> str:
     """An HTML table of the series' points (the ``last`` ones when given), newest last."""
     shown = _table_quantities(series)
@@ -134,7 +140,8 @@ def points_table(series: Series, last: int | None = None) -> str:
         cells = "".join(f"<td>{_cell(values[q.key][i], q)}</td>" for q in shown)
         branch = point.last.git.branch or "—"
         rows.append(
-            f"<tr><td>{html.escape(point.label)}</td><td>{html.escape(branch)}</td>{cells}</tr>"
+            f"<tr><td>{html.escape(point_label(point))}</td><td>{html.escape(branch)}</td>"
+            f"{cells}</tr>"
         )
     return "<table>" + "".join(rows) + "</table>"
 
@@ -207,7 +214,7 @@ def history_markdown(trends: Trends) -> str:
         ]
         lines.append(
             f"| {series.case} | {series.device} | {len(series.points)} | "
-            f"{series.points[-1].label} | " + " | ".join(cells) + " |"
+            f"{point_label(series.points[-1])} | " + " | ".join(cells) + " |"
         )
     if trends.problems:
         lines += ["", "### Not used", ""] + [f"- {p}" for p in trends.problems]
