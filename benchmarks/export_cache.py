@@ -41,11 +41,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import models  # noqa: E402  (registers the examples)
+import models  # noqa: E402, F401  (registers the examples)
 from pytest_sme2.cache import cache_root, content_key  # noqa: E402
 from pytest_sme2.errors import ExportError, NumericsError  # noqa: E402
 from pytest_sme2.export import export_model  # noqa: E402
-from pytest_sme2.models import ModelSpec, get_model  # noqa: E402
+from pytest_sme2.models import ModelSpec, get_model, registered_models  # noqa: E402
 from pytest_sme2.program_key import (  # noqa: E402
     RECIPE_VERSION,
     VERSIONED_PACKAGES,
@@ -144,7 +144,8 @@ def _suite_seconds() -> tuple[float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(models.__all__))
+    examples = [s.name for s in registered_models() if s.factory.__module__.startswith("models.")]
+    parser.add_argument("--models", default=",".join(examples))
     parser.add_argument("--dtypes", default="", help="default: every dtype of each model")
     parser.add_argument("--cache", type=Path, help="export cache (default: the user's)")
     parser.add_argument("--suite", action="store_true", help="also time the warm host suite")

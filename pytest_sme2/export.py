@@ -49,6 +49,7 @@ export (at ``build model``): there is nothing to compare a program with, the mod
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import socket
 import tempfile
@@ -225,19 +226,53 @@ def _warn_degenerate(artifact: Artifact) -> None:
     )
 
 
-def prefetch(pairs: Iterable[tuple[ModelSpec, str]]) -> None:
-    """Export every (model, dtype) pair now, in order.
+def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> None:
+    """Export every (model, dtype) pair now, ``processes`` at a time.
 
     A session calls this before its first measurement: an export keeps both cores busy for up to
     ~80 s and leaves the caches cold, and a model measured straight after one moved its shares
-    by ~6 points. A failure is not raised here: it is remembered and raised again, at once, when
-    its own test asks for the pair.
+    by ~6 points. So exports run first, side by side, and measuring starts when all are done. A
+    failure is not raised here: it is remembered and raised again, at once, when its own test
+    asks for the pair.
+
+    Side by side means processes, not threads (the GIL; torch's global state), forked so that
+    each inherits the registry the session's conftest filled — a spawned process could not
+    rebuild a model registered in a conftest. The cache's file locks keep two processes from
+    building one entry. Where fork is not offered (macOS, Windows), one at a time.
     """
-    for spec, dtype in pairs:
+    global _PENDING
+    _PENDING = list(pairs)
+    forking = "fork" in multiprocessing.get_all_start_methods()
+    if processes > 1 and len(_PENDING) > 1 and forking:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(min(processes, len(_PENDING))) as pool:
+            failed = pool.map(_export_pending, range(len(_PENDING)), chunksize=1)
+        for (spec, dtype), failure in zip(_PENDING, failed, strict=True):
+            if failure is not None:  # remembered here, as if this process had failed it
+                _FAILURES[(artifact_dir(spec, dtype), True)] = ExportError(*failure)
+    for spec, dtype in _PENDING:
         try:
-            export_model(spec, dtype)
+            export_model(spec, dtype)  # a warm hit where a process exported it
         except ExportError:
             continue  # remembered in _FAILURES
+    _PENDING = []
+
+
+_PENDING: list[tuple[ModelSpec, str]] = []
+"""The pairs :func:`prefetch` hands its forked processes, by index: nothing to pickle."""
+
+
+def _export_pending(index: int) -> tuple[str, str, str, str] | None:
+    """In a forked process: export pending pair ``index``; its failure as ExportError's
+    arguments (an exception with its own ``__init__`` does not survive pickling)."""
+    spec, dtype = _PENDING[index]
+    try:
+        export_model(spec, dtype)
+    except NumericsError:
+        return None  # the entry is cached with its errors: the caller's own look raises it
+    except ExportError as err:
+        return err.model, err.dtype, err.stage, err.cause
+    return None
 
 
 def load_cached(spec: ModelSpec, dtype: str, *, cache_dir: Path | None = None) -> Artifact | None:

@@ -299,8 +299,12 @@ def sme2_exports(request: pytest.FixtureRequest) -> None:
     # xdist workers collect the same cases: each starts at its own offset, so two workers export
     # different cases side by side instead of queueing on one case's lock.
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    start = len(pairs) * worker // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    prefetch(pairs[start:] + pairs[:start])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    start = len(pairs) * worker // workers
+    # one session alone exports on every core (its measurements then run alone); xdist's
+    # workers already export side by side
+    processes = (os.cpu_count() or 1) if "PYTEST_XDIST_WORKER" not in os.environ else 1
+    prefetch(pairs[start:] + pairs[:start], processes=processes)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
-import models  # registers the examples
+import models  # noqa: F401  (registers the examples)
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError
 from pytest_sme2.export import (
     MANIFEST_NAME,
@@ -32,7 +32,7 @@ from pytest_sme2.export import (
     export_model,
     load_cached,
 )
-from pytest_sme2.models import ModelSpec, get_model
+from pytest_sme2.models import ModelSpec, get_model, registered_models
 from pytest_sme2.numerics import TOLERANCES, DegenerateOutputWarning
 from pytest_sme2.program_key import artifact_key
 from pytest_sme2.tensors import read_tensors
@@ -127,7 +127,8 @@ def export_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 MATRIX = [
     pytest.param(spec, dtype, id=f"{spec.name}-{dtype}")
-    for spec in (get_model(name) for name in models.__all__)
+    for spec in registered_models()
+    if spec.factory.__module__.startswith("models.")  # the examples, not a test's own
     for dtype in spec.dtypes
 ]
 
@@ -496,3 +497,39 @@ def test_unsupported_dtype_is_a_config_error(export_cache: Path) -> None:
     spec = ModelSpec("fp32_only", _branchy, _one_input, "", ("fp32",))
     with pytest.raises(ConfigError, match="'fp32_only' does not support dtype 'fp16'"):
         export_model(spec, "fp16", cache_dir=export_cache)
+
+
+def _linear(width: int = 8) -> object:
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU()).eval()
+
+
+def _eight(seed: int, width: int = 8) -> tuple[object, ...]:
+    return _one_input(seed)
+
+
+def test_prefetch_exports_side_by_side_in_processes_of_their_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each pair is exported by a forked process (the manifest names its pid), two at once, and
+    a failure in one is remembered by the session: its test gets it at once."""
+    from pytest_sme2.export import prefetch
+
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    narrow = ModelSpec("side_narrow", _linear, _eight, "", ("fp32",), (("width", 8),))
+    wide = ModelSpec("side_wide", _linear, _eight, "", ("fp32",), (("width", 16),))
+    broken = ModelSpec("side_broken", _broken, _one_input, "", ("fp32",))
+    prefetch([(narrow, "fp32"), (wide, "fp32"), (broken, "fp32")], processes=2)
+    pids = {
+        json.loads((export_model(spec, "fp32").directory / MANIFEST_NAME).read_text())[
+            "exported_by"
+        ]["pid"]
+        for spec in (narrow, wide)
+    }
+    assert os.getpid() not in pids and len(pids) == 2
+    started = time.perf_counter()
+    with pytest.raises(ExportError, match=r"side_broken\[fp32\] failed at build model"):
+        export_model(broken, "fp32")
+    assert time.perf_counter() - started < 1.0
