@@ -58,7 +58,7 @@ from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.measure import fastest
-from pytest_sme2.numerics import DEGENERATE_ADVICE
+from pytest_sme2.numerics import DEGENERATE_ADVICE, NO_REFERENCE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.validation import key_path, problem, validator
@@ -366,6 +366,8 @@ def _numerics(m: Measurement) -> list[Verdict]:
     numerics = m.numerics
     if numerics is None:
         return []
+    if numerics.program is None:  # a registered program given no expected outputs
+        return [Verdict("numerics", Status.SKIP, f"{_case(m)}: {NO_REFERENCE}")]
     if numerics.program.vacuous:
         return [
             Verdict(
