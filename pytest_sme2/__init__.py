@@ -6,5 +6,7 @@ re-exports what a user's conftest needs; importing it must stay cheap (no torch,
 """
 
 from pytest_sme2.models import ModelSpec, register_model
+from pytest_sme2.numerics import Tolerance
+from pytest_sme2.programs import register_program
 
-__all__ = ["ModelSpec", "register_model"]
+__all__ = ["ModelSpec", "Tolerance", "register_model", "register_program"]

@@ -34,6 +34,15 @@ class NumericsError(ExportError):
     """The exported program's outputs disagree with eager PyTorch beyond the dtype's tolerance."""
 
 
+class ProgramError(Sme2Error):
+    """A registered program (``register_program``) that cannot be gated as it is: not a program,
+    inputs that do not match it, an operator the runner lacks, outputs off its expected ones."""
+
+    def __init__(self, name: str, pte: Path, problem: str) -> None:
+        self.name, self.pte, self.problem = name, pte, problem
+        super().__init__(f"program {name} ({pte}): {problem}")
+
+
 class RunnerError(Sme2Error):
     """The native runner could not be built, or a run failed (load, execute, I/O)."""
 

@@ -121,10 +121,11 @@ class Artifact:
     dtype: str
     key: str
     pte: Path
-    etrecord: Path
+    etrecord: Path | None  # None: a registered program given none (``register_program``)
     inputs: Path  # the example inputs, in the program's dtypes
-    #: the program's reference on those inputs: the eager model it was lowered from
-    expected_outputs: Path
+    #: the program's reference on those inputs: the eager model it was lowered from (a
+    #: registered program: the outputs it was given, None when it was given none)
+    expected_outputs: Path | None
     #: the program against ``expected_outputs``, judged (vacuous when ``degenerate``); None only
     #: when exported with check_numerics=False and not checked since
     program_error: Numerics | None

@@ -59,7 +59,7 @@ from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.kernels import layers_without_sme2
 from pytest_sme2.measure import fastest
-from pytest_sme2.numerics import DEGENERATE_ADVICE
+from pytest_sme2.numerics import DEGENERATE_ADVICE, NO_REFERENCE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.validation import key_path, problem, validator
@@ -390,6 +390,8 @@ def _numerics(m: Measurement) -> list[Verdict]:
     numerics = m.numerics
     if numerics is None:
         return []
+    if numerics.program is None:  # a registered program given no expected outputs
+        return [Verdict("numerics", Status.SKIP, f"{case_name(m)}: {NO_REFERENCE}")]
     if numerics.program.vacuous:
         return [
             Verdict(

@@ -347,37 +347,56 @@ class Numerics:
         return f"vacuous ({self.vacuous}): {text}" if self.vacuous else text
 
 
+#: Why a registered program's numbers are not judged when it was given nothing to match.
+NO_REFERENCE = (
+    "not judged: no reference (register_program(expected_outputs=...) gives the outputs the "
+    "program must match)"
+)
+
+
 @dataclass(frozen=True)
 class ExportNumerics:
     """What an export found of its numbers, as the case record carries it into the report: the
     program error (judged), the quantization error (recorded; None for fp32) and why the eager
-    outputs are degenerate (None when they are not)."""
+    outputs are degenerate (None when they are not).
 
-    program: Numerics
+    A program registered as a file (``register_program``) has no eager model: ``registered``
+    says so, as it has no quantization error to show, and without expected outputs it has no
+    program error either (``program`` None: "not judged", never a silent pass).
+    """
+
+    program: Numerics | None
     quantization: Deviation | None = None
     degenerate: str | None = None
+    registered: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: a NaN/inf error (NaN/inf outputs) is stored as the string ``"inf"``."""
-        return {
-            "program": _plain_floats(asdict(self.program)),
+        data = {
+            "program": None if self.program is None else _plain_floats(asdict(self.program)),
             "quantization": None
             if self.quantization is None
             else _plain_floats(asdict(self.quantization)),
             "degenerate": self.degenerate,
         }
+        if self.registered:  # only then: the records of exported models stay as they were
+            data["registered"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ExportNumerics:
-        quantization = data["quantization"]
+        program, quantization = data["program"], data["quantization"]
         return cls(
-            program=Numerics(**_read_floats(data["program"])),
+            program=None if program is None else Numerics(**_read_floats(program)),
             quantization=None if quantization is None else Deviation(**_read_floats(quantization)),
             degenerate=data["degenerate"],
+            registered=bool(data.get("registered", False)),
         )
 
     def describe(self) -> str:
         """One line: the program error, then the quantization error where there is one."""
+        if self.program is None:
+            return f"program error {NO_REFERENCE}"
         text = f"program error {self.program.describe()}"
         if self.quantization is not None:
             text += f"; quantization error {self.quantization.describe()}"

@@ -164,13 +164,15 @@ def _sweep_baselines(directory: Path) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize every test that asks for ``sme2_case`` over model × dtype (× threads)."""
+    """Parametrize every test that asks for ``sme2_case`` over model × dtype (× threads), and
+    over each registered program (``register_program``: one case, its label as dtype)."""
     if "sme2_case" not in metafunc.fixturenames:
         return
     from pytest_sme2.models import registered_models
+    from pytest_sme2.programs import registered_programs
 
     settings = _settings(metafunc.config)
-    cases = _or_fail(lambda: settings.cases(registered_models()))
+    cases = _or_fail(lambda: settings.cases((*registered_models(), *registered_programs())))
     metafunc.parametrize("sme2_case", cases, ids=[case.id for case in cases])
 
 
@@ -287,14 +289,17 @@ def sme2_reference() -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def sme2_exports(request: pytest.FixtureRequest) -> None:
-    """Every collected case exported before the session's first measurement (see ``prefetch``)."""
+    """Every collected case exported before the session's first measurement (see ``prefetch``);
+    a registered program has nothing to export."""
     from pytest_sme2.export import prefetch
+    from pytest_sme2.programs import ProgramSpec
 
     cases: list[Case] = []
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "sme2_case" in callspec.params:
             cases.append(callspec.params["sme2_case"])
+    cases = [case for case in cases if not isinstance(case.model, ProgramSpec)]
     pairs = list(dict.fromkeys((case.model, case.dtype) for case in cases))
     # xdist workers collect the same cases: each starts at its own offset, so two workers export
     # different cases side by side instead of queueing on one case's lock.
@@ -313,9 +318,14 @@ def sme2_artifact(
     exported_model: Callable[[str | ModelSpec, str], Artifact],
     sme2_exports: None,
 ) -> Artifact:
-    """The current case's export; an export that fails or computes wrong numbers is an xfail."""
+    """The current case's export; an export that fails or computes wrong numbers is an xfail.
+    A registered program is checked instead (one host run); one that cannot be gated fails."""
     from pytest_sme2.errors import ExportError
+    from pytest_sme2.programs import ProgramSpec, prepare_program
 
+    program = sme2_case.model
+    if isinstance(program, ProgramSpec):
+        return _or_fail(lambda: prepare_program(program))
     try:
         return exported_model(sme2_case.model, sme2_case.dtype)
     except ExportError as err:

@@ -19,6 +19,7 @@ from pytest_sme2.models import DTYPES, ModelSpec
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
     from pytest_sme2.devices.spec import DeviceSpec
+    from pytest_sme2.programs import ProgramSpec
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,10 @@ FLEET_INI = "sme2_devices"
 
 @dataclass(frozen=True)
 class Case:
-    """One parametrized test: a model × dtype × thread count on one device of the fleet."""
+    """One parametrized test: a model × dtype × thread count on one device of the fleet (or a
+    registered program × its label × thread count)."""
 
-    model: ModelSpec
+    model: ModelSpec | ProgramSpec
     dtype: str
     threads: int
     show_threads: bool
@@ -148,7 +150,7 @@ class Settings:
     tolerances: Tolerances
     classifier: Classifier
 
-    def cases(self, registered: Sequence[ModelSpec]) -> list[Case]:
+    def cases(self, registered: Sequence[ModelSpec | ProgramSpec]) -> list[Case]:
         """Every device × selected model × dtype × thread count, device by device and models in
         registration order; on an emulating device, each model as it runs there (its emulation
         params)."""

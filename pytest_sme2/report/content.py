@@ -18,7 +18,7 @@ from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
 from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
 from pytest_sme2.kernels import BOTTLENECK_SHARE
-from pytest_sme2.numerics import DEGENERATE_ADVICE
+from pytest_sme2.numerics import DEGENERATE_ADVICE, NO_REFERENCE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
@@ -415,21 +415,24 @@ def numerics_table(m: Measurement) -> Table | None:
             )
         program = numerics.program
         rows.append(
-            (
+            ("program error", NO_REFERENCE, "not judged")
+            if program is None
+            else (
                 "program error",
                 program.describe(),
                 "vacuous" if program.vacuous else "pass" if program.ok else "FAIL",
             )
         )
-        rows.append(
-            (
-                "quantization error",
-                numerics.quantization.describe()
-                if numerics.quantization is not None
-                else f"none: {m.dtype} is compared with eager {m.dtype}",
-                "recorded, not judged",
+        if not numerics.registered:  # a registered program has no eager model to quantize
+            rows.append(
+                (
+                    "quantization error",
+                    numerics.quantization.describe()
+                    if numerics.quantization is not None
+                    else f"none: {m.dtype} is compared with eager {m.dtype}",
+                    "recorded, not judged",
+                )
             )
-        )
     if parity is not None:
         rows.append(
             (
@@ -448,6 +451,8 @@ def numerics_text(m: Measurement) -> str:
     if numerics is None:
         return "—"
     program = numerics.program
+    if program is None:
+        return "not judged: no reference"
     text = f"program err {program.headline()}"
     if numerics.quantization is not None:
         text += f", quantization err {numerics.quantization.max_rel:.1e} rel"
