@@ -137,13 +137,22 @@ class Artifact:
     versions: Mapping[str, str]  # torch, executorch, torchao
     directory: Path
     timings_s: Mapping[str, float]  # seconds per export stage
+    #: how it was quantized ("" for a float program) and the linear layers left in float
+    quantizer: str = ""
+    skipped_linears: tuple[str, ...] = ()
 
     @property
     def numerics(self) -> ExportNumerics | None:
         """The three numerics facts as the case record carries them; None until checked."""
         if self.program_error is None:
             return None
-        return ExportNumerics(self.program_error, self.quantization_error, self.degenerate)
+        return ExportNumerics(
+            self.program_error,
+            self.quantization_error,
+            self.degenerate,
+            quantizer=self.quantizer,
+            skipped=self.skipped_linears,
+        )
 
 
 def artifact_dir(spec: ModelSpec, dtype: str, cache_dir: Path | None = None) -> Path:
@@ -320,6 +329,8 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
             versions=manifest["versions"],
             directory=directory,
             timings_s=manifest["timings_s"],
+            quantizer=manifest.get("quantizer", ""),
+            skipped_linears=tuple(manifest.get("skipped_linears", ())),
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ExportError(

@@ -369,6 +369,11 @@ class ExportNumerics:
     quantization: Deviation | None = None
     degenerate: str | None = None
     registered: bool = False
+    #: how the program was quantized ("" for a float one), and the linear layers the quantizer
+    #: left in float with why (8da4w: ``in_features`` its group does not divide): a layer left
+    #: behind silently is a known trap, so the report names them
+    quantizer: str = ""
+    skipped: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: a NaN/inf error (NaN/inf outputs) is stored as the string ``"inf"``."""
@@ -379,8 +384,13 @@ class ExportNumerics:
             else _plain_floats(asdict(self.quantization)),
             "degenerate": self.degenerate,
         }
-        if self.registered:  # only then: the records of exported models stay as they were
+        # each only when set: the records of models without them stay as they were
+        if self.registered:
             data["registered"] = True
+        if self.quantizer:
+            data["quantizer"] = self.quantizer
+        if self.skipped:
+            data["skipped"] = list(self.skipped)
         return data
 
     @classmethod
@@ -391,6 +401,8 @@ class ExportNumerics:
             quantization=None if quantization is None else Deviation(**_read_floats(quantization)),
             degenerate=data["degenerate"],
             registered=bool(data.get("registered", False)),
+            quantizer=data.get("quantizer", ""),
+            skipped=tuple(data.get("skipped", ())),
         )
 
     def describe(self) -> str:

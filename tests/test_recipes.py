@@ -69,6 +69,26 @@ def test_8da4w_quantizes_the_linear_layers_the_group_divides_and_names_the_rest(
     assert len(four_bit) == 2, f"two 4-bit linear layers expected among {sorted(names)}"
 
 
+def test_the_report_names_the_linear_layers_8da4w_left_in_float(tmp_path: Path) -> None:
+    """Through the case record, as a measured case carries its export's numbers."""
+    from dataclasses import replace
+
+    from pytest_sme2.report.markdown import case_report
+    from pytest_sme2.result import Measurement
+    from tests.measurements import measurement
+
+    numerics = export_model(MLP, "8da4w").numerics
+    assert numerics is not None
+    assert numerics.skipped == ("3 (in_features 48 not divisible by the group, 32)",)
+    m = replace(measurement(), dtype="8da4w", numerics=numerics)
+    m = Measurement.from_json(m.to_json(tmp_path), tmp_path)
+    report = case_report(m, [])
+    assert "| linear layers left in float (1) | 3 (in_features 48 not divisible by the group" in (
+        report
+    )
+    assert "| quantizer | torchao quantize_ on linear layers" in report
+
+
 def _no_group() -> Any:
     import torch
 

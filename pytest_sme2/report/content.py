@@ -423,6 +423,17 @@ def numerics_table(m: Measurement) -> Table | None:
                 "vacuous" if program.vacuous else "pass" if program.ok else "FAIL",
             )
         )
+        if numerics.quantizer:
+            rows.append(("quantizer", numerics.quantizer, "recorded"))
+        if numerics.skipped:
+            count = len(numerics.skipped)
+            rows.append(
+                (
+                    f"linear layers left in float ({count})",
+                    "; ".join(numerics.skipped),
+                    "warning: not quantized",
+                )
+            )
         if not numerics.registered:  # a registered program has no eager model to quantize
             rows.append(
                 (
