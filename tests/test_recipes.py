@@ -162,3 +162,18 @@ def test_dynamic_int8_takes_the_torchao_route_where_pt2e_cannot_calibrate() -> N
     )
     assert manifest["reference"] == "the int8-dynamic torchao model (eager)"
     assert artifact.program_error is not None and artifact.program_error.ok
+
+
+def test_fp16_converts_a_decode_steps_kv_cache_with_the_model() -> None:
+    """tiny_llama's decode step in fp16: ``model.half()`` converts its cache buffers too, so the
+    program starts from the prompt's keys and values in fp16 and agrees with eager fp16."""
+    from dataclasses import replace
+
+    import models  # noqa: F401  (registers the examples)
+    from pytest_sme2.models import get_model
+
+    spec = replace(get_model("tiny_llama_decode"), dtypes=("fp16",))
+    artifact = export_model(spec, "fp16")
+    assert artifact.program_error is not None and artifact.program_error.ok
+    assert _manifest(artifact)["reference"] == "eager fp16 PyTorch"
+    assert [t["dtype"] for t in _manifest(artifact)["outputs"]] == ["float16"]
