@@ -255,17 +255,50 @@ def torchao_linear(
 
 def export_program(model: Any, inputs: tuple[Any, ...]) -> Any:
     """torch.export, non-strict (torch's default), else strict: a module whose Python state
-    non-strict tracing cannot follow (a static KV cache object) often exports strictly."""
+    non-strict tracing cannot follow (a static KV cache object) often exports strictly.
+
+    Strict too where non-strict succeeds but writes in place into a lifted constant: a buffer
+    the model reaches through another Python object (transformers' ``StaticCache`` holds the KV
+    cache its ExecuTorch wrapper registers as buffers) is, to non-strict tracing, a constant.
+    That program holds no state and fails lowering (AOT autograd: "expected compiled_fn to be
+    GraphModule"); strict tracing follows the object to the buffer.
+    """
     import torch
 
     with torch.no_grad():
         try:
-            return torch.export.export(model, inputs)
+            program = torch.export.export(model, inputs)
         except Exception as non_strict:
             try:
                 return torch.export.export(model, inputs, strict=True)
             except Exception:
                 raise non_strict from None
+        if writes_constants(program):
+            return torch.export.export(model, inputs, strict=True)
+        return program
+
+
+def writes_constants(program: Any) -> bool:
+    """Whether an exported program mutates one of its lifted tensor constants."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    constants = {
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind == InputKind.CONSTANT_TENSOR
+    }
+    return any(
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.is_mutable
+        and any(
+            isinstance(arg, torch.fx.Node) and arg.name in constants
+            for arg, schema in zip(node.args, node.target._schema.arguments, strict=False)
+            if schema.alias_info is not None and schema.alias_info.is_write
+        )
+        for node in program.graph.nodes
+    )
 
 
 def lower(exported: Any) -> Any:
