@@ -32,6 +32,8 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pytest_sme2.errors import ExportError
+
 #: The seed of the example inputs the program is checked (and later profiled) on.
 EXAMPLE_SEED = 0
 #: Seeds of the inputs int8 quantization calibrates on (static: activation ranges).
@@ -166,14 +168,16 @@ class Int8Dynamic(Pt2e):
     ) -> Exported:
         try:
             return super().export(model, inputs, calibration, stage)
-        except CalibrationError as failed:
+        except ExportError as failed:  # the stage names the failure; its cause says what it was
+            if not isinstance(failed.__cause__, CalibrationError):
+                raise
             import torch
             from torchao.quantization.granularity import PerAxis
 
             made = torchao_linear(
                 self.dtype, model, inputs, stage, weight_dtype=torch.int8, granularity=PerAxis(0)
             )
-            why = f"PT2E could not calibrate it: {failed}"
+            why = f"PT2E could not calibrate it: {failed.__cause__}"
             return replace(made, quantizer=f"{made.quantizer} ({why})")
 
 

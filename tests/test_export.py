@@ -408,6 +408,35 @@ def test_a_buffer_reached_through_another_object_is_exported_as_state() -> None:
     assert list(mutated.values()) == ["values"]
 
 
+def test_int8_dynamic_falls_back_to_torchao_where_pt2e_cannot_calibrate(
+    export_cache: Path,
+) -> None:
+    """Rows picked by integer arithmetic on ``arange``, as transformers computes positions:
+    ExecuTorch 1.5.1's XNNPACK quantizer lifts the ``+ 1`` to a float constant, PT2E calibration
+    then indexes with a float tensor, and int8-dynamic takes torchao's route, saying why."""
+    import torch
+
+    class ShiftedRows(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.linear = torch.nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            rows = torch.arange(x.shape[1]) + 1
+            return self.linear(x)[:, rows - 1]
+
+    def inputs(seed: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(seed)),)
+
+    spec = ModelSpec("shifted_rows", lambda: ShiftedRows().eval(), inputs, "")
+    artifact = export_model(spec, "int8-dynamic", cache_dir=export_cache)
+    quantizer = json.loads((artifact.directory / MANIFEST_NAME).read_text())["quantizer"]
+    assert quantizer.startswith("torchao quantize_ on linear layers"), quantizer
+    assert "PT2E could not calibrate it: calibration failed at aten.index.Tensor" in quantizer
+    assert artifact.program_error is not None and artifact.program_error.ok
+
+
 # --- the cache ----------------------------------------------------------------------------------
 
 
