@@ -103,13 +103,21 @@ class Float(Recipe):
 class Half(Float):
     """``model.half()`` fed fp16 inputs: the program's inputs and outputs are fp16. The XNNPACK
     partitioner needs no configuration for it; ops XNNPACK refuses in fp16 (GELU, LayerNorm) run
-    as portable kernels. Buffers convert with the model: a KV cache is fp16 too."""
+    as portable kernels. Buffers convert with the model: a KV cache is fp16 too.
+
+    Buffers convert in place (``.data``), not as ``Module.half`` does (a new tensor under the
+    buffer's name): another object holding the same tensor — transformers' ``StaticCache``, which
+    its ExecuTorch wrapper registers as buffers — would keep writing an fp32 cache."""
 
     dtype = "fp16"
 
     def program(self, model: Any, example: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
         half = tuple(t.half() if t.is_floating_point() else t for t in example)
-        return copy.deepcopy(model).half(), half
+        converted = copy.deepcopy(model)
+        for buffer in converted.buffers():
+            if buffer.is_floating_point():
+                buffer.data = buffer.data.half()
+        return converted.half(), half
 
     def reference(self, model: Any, inputs: tuple[Any, ...], fp32: Reference) -> Reference:
         with state_kept(model):

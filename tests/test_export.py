@@ -408,6 +408,34 @@ def test_a_buffer_reached_through_another_object_is_exported_as_state() -> None:
     assert list(mutated.values()) == ["values"]
 
 
+def test_fp16_converts_a_buffer_another_object_holds() -> None:
+    """``Module.half`` puts a new tensor under a buffer's name; transformers' ``StaticCache``
+    holds the old one and would write an fp32 cache (torch.export: "Expected query, key, and
+    value to have the same dtype"). The fp16 program's buffers convert in place."""
+    import torch
+
+    from pytest_sme2.recipes import RECIPES
+
+    class Cache:
+        def __init__(self) -> None:
+            self.values = torch.zeros(4)
+
+    class Cached(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache = Cache()
+            self.register_buffer("values", self.cache.values, persistent=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.cache.values + x
+
+    model = Cached()
+    half, inputs = RECIPES["fp16"].program(model, (torch.ones(4),))
+    assert half.cache.values is half.values and half.values.dtype == torch.float16
+    assert half(*inputs).dtype == torch.float16
+    assert model.values.dtype == torch.float32  # the user's model is left as it was
+
+
 def test_int8_dynamic_falls_back_to_torchao_where_pt2e_cannot_calibrate(
     export_cache: Path,
 ) -> None:
