@@ -103,13 +103,21 @@ class Float(Recipe):
 class Half(Float):
     """``model.half()`` fed fp16 inputs: the program's inputs and outputs are fp16. The XNNPACK
     partitioner needs no configuration for it; ops XNNPACK refuses in fp16 (GELU, LayerNorm) run
-    as portable kernels. Buffers convert with the model: a KV cache is fp16 too."""
+    as portable kernels. Buffers convert with the model: a KV cache is fp16 too.
+
+    Buffers convert in place (``.data``), not as ``Module.half`` does (a new tensor under the
+    buffer's name): another object holding the same tensor — transformers' ``StaticCache``, which
+    its ExecuTorch wrapper registers as buffers — would keep writing an fp32 cache."""
 
     dtype = "fp16"
 
     def program(self, model: Any, example: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
         half = tuple(t.half() if t.is_floating_point() else t for t in example)
-        return copy.deepcopy(model).half(), half
+        converted = copy.deepcopy(model)
+        for buffer in converted.buffers():
+            if buffer.is_floating_point():
+                buffer.data = buffer.data.half()
+        return converted.half(), half
 
     def reference(self, model: Any, inputs: tuple[Any, ...], fp32: Reference) -> Reference:
         with state_kept(model):
@@ -259,17 +267,50 @@ def torchao_linear(
 
 def export_program(model: Any, inputs: tuple[Any, ...]) -> Any:
     """torch.export, non-strict (torch's default), else strict: a module whose Python state
-    non-strict tracing cannot follow (a static KV cache object) often exports strictly."""
+    non-strict tracing cannot follow (a static KV cache object) often exports strictly.
+
+    Strict too where non-strict succeeds but writes in place into a lifted constant: a buffer
+    the model reaches through another Python object (transformers' ``StaticCache`` holds the KV
+    cache its ExecuTorch wrapper registers as buffers) is, to non-strict tracing, a constant.
+    That program holds no state and fails lowering (AOT autograd: "expected compiled_fn to be
+    GraphModule"); strict tracing follows the object to the buffer.
+    """
     import torch
 
     with torch.no_grad():
         try:
-            return torch.export.export(model, inputs)
+            program = torch.export.export(model, inputs)
         except Exception as non_strict:
             try:
                 return torch.export.export(model, inputs, strict=True)
             except Exception:
                 raise non_strict from None
+        if writes_constants(program):
+            return torch.export.export(model, inputs, strict=True)
+        return program
+
+
+def writes_constants(program: Any) -> bool:
+    """Whether an exported program mutates one of its lifted tensor constants."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    constants = {
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind == InputKind.CONSTANT_TENSOR
+    }
+    return any(
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.is_mutable
+        and any(
+            isinstance(arg, torch.fx.Node) and arg.name in constants
+            for arg, schema in zip(node.args, node.target._schema.arguments, strict=False)
+            if schema.alias_info is not None and schema.alias_info.is_write
+        )
+        for node in program.graph.nodes
+    )
 
 
 def lower(exported: Any) -> Any:

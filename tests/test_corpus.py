@@ -65,6 +65,18 @@ def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_p
                 assert variant["operator_instructions"], (dtype, variant)
 
 
+def test_a_text_encoder_exports_records_and_passes_on_host(tmp_path: Path) -> None:
+    """The corpus's DistilBERT as the corpus registers it (token ids and a padding mask in, not
+    an image), exported, measured on host and recorded, its linear layers in XNNPACK. One
+    recording session, fp32 only: its budget is under a minute (the corpus runs the rest)."""
+    root = project(tmp_path)  # the default conftest: the corpus module, as a user's would
+    select = ["--sme2-models=hf_distilbert", "--sme2-dtypes=fp32", "--sme2-update-baselines"]
+    assert session(root, "host", select, "record") == {"hf_distilbert-fp32": "passed"}
+    stored = json.loads((root / "baselines" / "host" / "hf_distilbert-fp32.json").read_text())
+    (variant,) = stored["variants"].values()
+    assert any("Fully Connected" in name for name in variant["operators"]), variant
+
+
 def test_every_corpus_model_is_the_same_whatever_the_global_random_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -378,6 +378,65 @@ def test_fp16_is_compared_with_eager_fp32_where_pytorch_cannot_run_it_saying_why
     assert fp16_reference(torch.nn.ReLU(), (x.half(),), fp32).what == "eager fp16 PyTorch"
 
 
+def test_a_buffer_reached_through_another_object_is_exported_as_state() -> None:
+    """transformers' ExecuTorch wrapper registers its ``StaticCache``'s tensors as buffers but
+    writes them through the cache object: non-strict tracing lifts them as constants written in
+    place (a program with no state, which fails lowering), so such a model is exported strictly,
+    its cache a mutable buffer."""
+    import torch
+
+    from pytest_sme2.recipes import export_program, lower, writes_constants
+
+    class Cache:
+        def __init__(self) -> None:
+            self.values = torch.zeros(4)
+
+    class Accumulate(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache = Cache()
+            self.register_buffer("values", self.cache.values, persistent=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.cache.values.add_(x)
+            return self.cache.values * 2
+
+    inputs = (torch.ones(4),)
+    assert writes_constants(torch.export.export(Accumulate(), inputs))
+    program = export_program(Accumulate(), inputs)
+    assert not writes_constants(program)
+    mutated = lower(program).exported_program().graph_signature.buffers_to_mutate
+    assert list(mutated.values()) == ["values"]
+
+
+def test_fp16_converts_a_buffer_another_object_holds() -> None:
+    """``Module.half`` puts a new tensor under a buffer's name; transformers' ``StaticCache``
+    holds the old one and would write an fp32 cache (torch.export: "Expected query, key, and
+    value to have the same dtype"). The fp16 program's buffers convert in place."""
+    import torch
+
+    from pytest_sme2.recipes import RECIPES
+
+    class Cache:
+        def __init__(self) -> None:
+            self.values = torch.zeros(4)
+
+    class Cached(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache = Cache()
+            self.register_buffer("values", self.cache.values, persistent=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.cache.values + x
+
+    model = Cached()
+    half, inputs = RECIPES["fp16"].program(model, (torch.ones(4),))
+    assert half.cache.values is half.values and half.values.dtype == torch.float16
+    assert half(*inputs).dtype == torch.float16
+    assert model.values.dtype == torch.float32  # the user's model is left as it was
+
+
 # --- the cache ----------------------------------------------------------------------------------
 
 
