@@ -45,10 +45,12 @@ def test_the_phase_line_names_the_shape_and_the_largest_category() -> None:
     decode = replace(measurement(SME2_DEVICE, on_ops=ops), tokens=1)
     line = phase_line(decode)
     assert line is not None
-    assert line.startswith("Decode, 1 token per step, linear layers matrix × vector (GEMV):")
+    assert line.startswith(
+        "1 token per inference (a decode step), linear layers matrix × vector (GEMV):"
+    )
     assert "Bottleneck: Data Movement" in line and "; GEMM " in line
     prefill = replace(measurement(SME2_DEVICE), tokens=64)
-    assert (phase_line(prefill) or "").startswith("Prefill of 64 tokens")
+    assert (phase_line(prefill) or "").startswith("64 tokens per inference, linear layers")
 
 
 def test_reports_show_it_for_token_models_only(tmp_path: Path) -> None:

@@ -46,11 +46,12 @@ def per_token_text(m: Measurement, variant: Variant) -> str:
 
 
 def phase(m: Measurement) -> str:
-    """ "Prefill of 64 tokens, linear layers matrix × matrix (GEMM)" or "Decode, 1 token per
-    step, linear layers matrix × vector (GEMV)"."""
+    """ "64 tokens per inference, linear layers matrix × matrix (GEMM)" — a prefill's prompt or
+    an encoder's sequence alike — or "1 token per inference (a decode step), linear layers
+    matrix × vector (GEMV)"."""
     if m.tokens == 1:
-        return "Decode, 1 token per step, linear layers matrix × vector (GEMV)"
-    return f"Prefill of {m.tokens} tokens, linear layers matrix × matrix (GEMM)"
+        return "1 token per inference (a decode step), linear layers matrix × vector (GEMV)"
+    return f"{m.tokens} tokens per inference, linear layers matrix × matrix (GEMM)"
 
 
 def throughput_table(m: Measurement) -> Table | None:
