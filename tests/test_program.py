@@ -151,19 +151,26 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     )
 
 
-def test_an_export_llm_program_is_recorded_then_judged_unchanged(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, llama: Path
-) -> None:
-    _session(
-        pytester,
-        monkeypatch,
-        f"""
+def _register_llama(llama: Path) -> str:
+    """The session's conftest lines registering the exported decode step as ``tiny_llama``."""
+    return f"""
         from pytest_sme2 import register_program
 
         register_program(
             "tiny_llama", pte={str(llama / "tiny_llama.pte")!r}, inputs=decode_inputs,
             dtype="8da4w",
         )
+        """
+
+
+def test_an_export_llm_program_is_recorded_then_judged_unchanged(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, llama: Path
+) -> None:
+    _session(
+        pytester,
+        monkeypatch,
+        _register_llama(llama)
+        + f"""
         register_program(
             "tiny_llama_ref", pte={str(llama / "tiny_llama.pte")!r}, inputs=decode_inputs,
             expected_outputs=lambda seed: (np.load({str(llama / "logits.npy")!r}),),
@@ -287,14 +294,7 @@ def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructi
     _session(
         pytester,
         monkeypatch,
-        f"""
-        from pytest_sme2 import register_program
-
-        register_program(
-            "tiny_llama", pte={str(llama / "tiny_llama.pte")!r}, inputs=decode_inputs,
-            dtype="8da4w",
-        )
-        """,
+        _register_llama(llama),
     )
     _run(pytester, "--sme2-device=qemu-sme2", "--sme2-update-baselines").assert_outcomes(passed=1)
     _run(pytester, "--sme2-device=qemu-sme2").assert_outcomes(passed=1)
