@@ -86,7 +86,8 @@ def test_a_full_artifacts_disk_fails_the_case_naming_the_file(
     result.stdout.re_match_lines(
         [
             rf"(E\s+)?host \(sme2-off\): runner failed \(exit 1\): error: cannot write "
-            rf"{artifacts}/host/kept-fp32/\S+: No space left on device; command: .*"
+            rf"{artifacts}/host/kept-fp32/\S+: No space left on device; full log: not kept "
+            rf"\({artifacts}/host/kept-fp32/\S+/runner.log: No space left on device\); command: .*"
         ]
     )
     _no_traceback(result)

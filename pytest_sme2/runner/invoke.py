@@ -300,11 +300,16 @@ def exit_reason(returncode: int) -> str:
     return f"failed (exit {returncode})"
 
 
-def save_log(workdir: Path, log: str) -> Path:
-    """Keep a run's output as ``runner.log`` in its run directory; its path."""
+def save_log(workdir: Path, log: str) -> str:
+    """Keep a run's output as ``runner.log`` in its run directory; its path, or why it could not
+    be kept (a full disk): the run's own failure, which the log would explain, comes first."""
     path = workdir / LOG_NAME
-    path.write_text(log)
-    return path
+    try:
+        path.write_text(log)
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        return f"not kept ({path}: {err.strerror})"
+    return str(path)
 
 
 def runner_tail(stderr: str, lines: int = 3) -> str:
