@@ -25,7 +25,7 @@ SLACK = 20.0
 NATIVE_MARGIN_S = 60.0
 #: The same under emulation: qemu starts, loads and packs the program in 0.5–1 s here.
 EMULATED_MARGIN_S = 120.0
-#: The guest's speed under qemu in the slowest kind of call, the evidence run, whose execution log
+#: The guest's speed under qemu in the slowest kind of call, the counted run, whose execution log
 #: slows the guest about tenfold: measured here 4.5–6 M counted instructions per second, start and
 #: set-up included (vit_tiny int8 SME2-off: 2 × 31.4 M in 14 s); plain traced runs go 50–100 M/s.
 EMULATED_INSTRUCTIONS_PER_S = 4e6

@@ -140,45 +140,66 @@ def measure(
                         ref = device.run(*reference, variants[-1], run_plan, ref_dir)
                     reference_ms.extend(ref.latencies_ms)
         else:
-            # Emulated time means nothing, and each inference costs seconds: one traced inference
-            # per variant gives the operator names, structure and outputs; the device's evidence run
-            # gives the instruction counts.
+            # Emulated time means nothing, and each inference costs seconds: one traced run per
+            # variant gives the operator names, structure and outputs, and the instruction counts
+            # where the device counts them (its counted run); elsewhere the device's evidence run
+            # gives them.
             traced_plan = RunPlan(
                 runs=1, warmup=0, threads=plan.threads, traced=True, timeout_s=deadline.seconds(1)
             )
         expected = read_tensors(expected_outputs) if expected_outputs is not None else None
         measured: dict[Variant, VariantMeasurement] = {}
         for variant in variants:
-            with _naming(info, variant, running=running, stage="traced run"):
-                traced = device.run(
-                    pte, inputs, variant, traced_plan, workdir / f"{variant}-traced"
+            counted_run = None
+            if not info.time_meaningful:
+                with _naming(info, variant, running=running, stage="counted run"):
+                    counted_run = device.counted_run(
+                        pte,
+                        inputs,
+                        variant,
+                        plan.threads,
+                        workdir / f"{variant}-counted",
+                        timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
+                    )
+                    if counted_run is not None:
+                        _check_outputs(counted_run.run, expected)
+            if counted_run is not None:
+                # where time means nothing, the profile is the counted inference's instructions
+                traced, evidence = counted_run
+                assert evidence.instruction_trace is not None, "a counted run is traced"
+                variant_profile = profile(
+                    evidence.instruction_trace,
+                    classifier=classifier,
+                    backends=backends,
+                    unit=INSTRUCTIONS,
                 )
-                assert traced.etdump is not None, "a traced run always writes an ETDump"
-                trace = read_etdump(traced.etdump)
-                if expected is not None and traced.outputs is not None:
-                    _check_outputs(traced.outputs, expected)
-            with _naming(info, variant, "evidence run", running=running):
-                evidence = device.evidence(
-                    pte,
-                    inputs,
-                    variant,
-                    plan.threads,
-                    workdir / f"{variant}-evidence",
-                    timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
+            else:
+                with _naming(info, variant, running=running, stage="traced run"):
+                    traced = device.run(
+                        pte, inputs, variant, traced_plan, workdir / f"{variant}-traced"
+                    )
+                    assert traced.etdump is not None, "a traced run always writes an ETDump"
+                    trace = read_etdump(traced.etdump)
+                    _check_outputs(traced, expected)
+                variant_profile = profile(
+                    trace, warmup=traced.warmup, classifier=classifier, backends=backends
                 )
-            counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
+                with _naming(info, variant, "evidence run", running=running):
+                    evidence = device.evidence(
+                        pte,
+                        inputs,
+                        variant,
+                        plan.threads,
+                        workdir / f"{variant}-evidence",
+                        timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
+                    )
             timed = timing[variant]
             measured[variant] = VariantMeasurement(
                 variant=variant,
                 latencies_ms=tuple(ms for r in timed for ms in r.latencies_ms)
                 or traced.latencies_ms,
                 timing_warmup=timed[0].warmup if timed else None,
-                # where time means nothing, the profile is the counted inference's instructions
-                profile=profile(
-                    counted, classifier=classifier, backends=backends, unit=INSTRUCTIONS
-                )
-                if counted is not None
-                else profile(trace, warmup=traced.warmup, classifier=classifier, backends=backends),
+                profile=variant_profile,
                 etdump=traced.etdump,
                 outputs=traced.outputs,
                 evidence=replace(evidence, instruction_trace=None) if evidence else None,
@@ -235,18 +256,21 @@ def _naming(
         raise kind(f"{where}: {err}") from err
 
 
-def _check_outputs(outputs: Path, expected: Sequence[np.ndarray]) -> None:
-    """RunnerError unless the runner's outputs have the program's count and shapes.
+def _check_outputs(run: RunResult, expected: Sequence[np.ndarray] | None) -> None:
+    """RunnerError unless the run's outputs have the program's count and shapes (``expected``'s;
+    None: nothing to check against).
 
     A runtime that returns the wrong tensors (a broken build, a truncated output file) would
     otherwise pass every gate, which judge time and structure only; on a device that runs one
     variant, there is no SME2-off to compare with either. Values are judged where the program
     is exported (against eager PyTorch) and, where both variants run, by their parity.
     """
+    if expected is None or run.outputs is None:
+        return
     try:
-        compare_outputs(read_tensors(outputs), expected, what="eager PyTorch")
+        compare_outputs(read_tensors(run.outputs), expected, what="eager PyTorch")
     except MismatchError as err:
-        raise RunnerError(f"{outputs}: the outputs do not fit the program: {err}") from None
+        raise RunnerError(f"{run.outputs}: the outputs do not fit the program: {err}") from None
 
 
 def _parity(

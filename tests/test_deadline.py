@@ -89,7 +89,7 @@ def test_an_emulated_case_gets_a_deadline_from_its_instruction_count(case: str) 
     assert deadline == Deadline(
         execution_s=most / EMULATED_INSTRUCTIONS_PER_S, margin_s=EMULATED_MARGIN_S
     )
-    # The evidence run (two inferences under the execution log) took 5–14 s here: the deadline
+    # The counted run (two inferences under the execution log) took 5–14 s here: the deadline
     # leaves more than tenfold room and is still a fraction of the hour a hang cost before.
     evidence = deadline.seconds(2)
     assert evidence is not None and 140 < evidence < EMULATED_TIMEOUT_S / 5

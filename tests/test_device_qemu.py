@@ -18,6 +18,7 @@ import pytest
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
 from pytest_sme2.devices.qemu import (
+    COUNTED_WARMUP,
     DEFAULT_SME_VECTOR_LENGTH,
     EVIDENCE_SOURCE,
     QemuSme2Device,
@@ -30,6 +31,7 @@ from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.models import get_model
 from pytest_sme2.runner.invoke import RunPlan
 from pytest_sme2.tensors import read_tensors
+from pytest_sme2.trace import read_etdump
 from tests.measurements import measure_toy_cnn
 
 _WORK = """\
@@ -199,6 +201,32 @@ def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
     assert on.outputs is not None and off.outputs is not None
     for a, b in zip(read_tensors(on.outputs), read_tensors(off.outputs), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # one run per variant: the counted run is the traced run, its outputs the variant's
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sme2-off-counted", "sme2-on-counted"]
+    assert on.outputs.parent.name == "sme2-on-counted"
+    assert on.evidence is not None and on.evidence.instructions
+    assert on.load is not None and on.load.init_instructions == on.evidence.init_instructions
+
+
+def test_the_counted_run_is_a_traced_run_with_the_inferences_outputs(
+    qemu_device: QemuSme2Device, tmp_path: Path
+) -> None:
+    """Its ETDump holds the warm-up and the counted execution, its count is the last one's, and
+    its outputs are what a plain run computes."""
+    artifact = export_model(get_model("toy_cnn"), "fp32")
+    counted = qemu_device.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "c")
+    run, evidence = counted
+    assert run.traced and run.warmup == COUNTED_WARMUP and run.etdump is not None
+    assert len(read_etdump(run.etdump).runs) == COUNTED_WARMUP + 1
+    assert evidence.instruction_trace is not None
+    assert evidence.instructions == evidence.instruction_trace.runs[0].e2e_ns > 0
+    assert evidence.init_instructions and evidence.sme2_kernels
+    plain = qemu_device.run(
+        artifact.pte, artifact.inputs, Variant.ON, RunPlan(runs=1, warmup=0), tmp_path / "plain"
+    )
+    assert run.outputs is not None and plain.outputs is not None
+    for a, b in zip(read_tensors(run.outputs), read_tensors(plain.outputs), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_failing_run_fails_the_evidence_without_hanging(

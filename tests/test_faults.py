@@ -120,7 +120,7 @@ def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_
 
 FAULTS = ("killed", "truncated", "empty_timings", "bad_timings", "shape")
 
-#: A qemu-aarch64 that runs the real one and, for the traced runs of the model named after a
+#: A qemu-aarch64 that runs the real one and, for the counted runs of the model named after a
 #: fault, does to them what a crashing runner or a broken device does. The runner really runs;
 #: only what it left behind is damaged (or its process dies by a real signal once it ran).
 FAULTY_QEMU = """#!{python}
@@ -137,14 +137,14 @@ def path(flag):
 
 model = args[args.index("--model_path") + 1] if "--model_path" in args else ""
 fault = next((f for f in {faults!r} if f + "_xnnpack" in model), None)
-traced = "--etdump_path" in args and path("--etdump_path").parent.name.endswith("-traced")
-if fault is None or not traced:
+counted = "--etdump_path" in args and path("--etdump_path").parent.name.endswith("-counted")
+if fault is None or not counted:
     os.execv(REAL, [REAL, *args])
 code = subprocess.run([REAL, *args]).returncode
 if fault == "killed":
     # The runner's process dies by SIGSEGV once the run is over. Not a signal sent to qemu while
-    # it runs: qemu-user catches SIGSEGV itself once started and a tiny traced run can end
-    # within any fixed delay, so such a kill raced (the evidence run died instead, in CI).
+    # it runs: qemu-user catches SIGSEGV itself once started and a tiny run can end within any
+    # fixed delay, so such a kill raced (another run died instead, in CI).
     code = -signal.SIGSEGV
 if code < 0:  # die the way the runner died
     signal.signal(-code, signal.SIG_DFL)
@@ -167,7 +167,7 @@ elif fault == "shape":
 #: What each fault's one line says after "qemu-sme2 (sme2-on): ".
 FAULT_SENTENCES = {
     "killed": r"runner killed by SIGSEGV: .*; command: \S*qemu-aarch64 .*",
-    "truncated": r"\S+/\.sme2-runs/sme2-on-traced/run\.etdp: .*",
+    "truncated": r"\S+/\.sme2-runs/sme2-on-counted/run\.etdp: .*",
     "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
     "bad_timings": r"\S+/timings\.json: runner timings unreadable \(.*",
     "shape": r"\S+/outputs\.tensors: the outputs do not fit the program: output 0 has shape "
@@ -181,7 +181,7 @@ def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
     monkeypatch: pytest.MonkeyPatch,
     qemu_device,
 ) -> None:
-    """A runner killed by a signal in its traced run, a truncated ETDump, an empty and a
+    """A runner killed by a signal in its counted run, a truncated ETDump, an empty and a
     malformed timings file, outputs of the wrong shape: each fails its own test with one line
     naming the device, the variant and what went wrong; the healthy model passes."""
     wrapper = tmp_path / "qemu-aarch64"

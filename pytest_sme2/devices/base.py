@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.runner.invoke import RunPlan, RunResult
@@ -143,6 +143,15 @@ class Sme2Evidence:
 
 OptionGetter = Callable[[str], Any]
 
+
+class CountedRun(NamedTuple):
+    """A traced run whose last execution the device counted (:meth:`Device.counted_run`)."""
+
+    run: RunResult
+    #: the counted execution's evidence: its instruction trace, kernels, and the init's count
+    evidence: Sme2Evidence
+
+
 #: The executions of an evidence run at most: a warm-up and the counted inference.
 EVIDENCE_EXECUTIONS = 2
 
@@ -216,4 +225,23 @@ class Device(ABC):
         most an evidence run makes (None: the device's default). A number, computed by the
         caller (``pytest_sme2.measure`` from ``pytest_sme2.deadline``): a device knows nothing
         of baselines."""
+        return None
+
+    def counted_run(
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        threads: int,
+        workdir: Path,
+        *,
+        timeout_s: float | None = None,
+    ) -> CountedRun | None:
+        """One traced run of ``variant`` with its last execution counted, or None where the
+        device counts nothing (the default: mac, android and host time their runs instead).
+        ``timeout_s`` as for :meth:`evidence`.
+
+        Why one call: where each execution costs seconds (qemu-sme2), the counted run is the
+        traced run; its ETDump and outputs serve as the variant's profile, structure and
+        parity, so nothing runs twice."""
         return None

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from pytest_sme2.attribution import instruction_trace, operator_kernels
-from pytest_sme2.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
+from pytest_sme2.devices.base import (
+    CountedRun,
+    Device,
+    DeviceInfo,
+    OptionGetter,
+    Sme2Evidence,
+    Variant,
+)
 from pytest_sme2.devices.host import cpu_model, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence
 from pytest_sme2.devices.provision import (
@@ -47,6 +54,15 @@ DEFAULT_SME_VECTOR_LENGTH = 64
 kernels' instruction counts scale with it, so the ratios should be those of real hardware."""
 
 EVIDENCE_SOURCE = "qemu exec log"
+COUNTED_WARMUP = 1
+"""Executions before the counted one (at most ``EVIDENCE_EXECUTIONS`` - 1), in every case: the
+first execution of every example, dtype and variant differs from the second
+(``benchmarks/warmup_effect.py``). XNNPACK's first execute sets its runtime up (3.0–3.3 M
+instructions outside any operator event), and inside operators the first calls bind symbols
+lazily and take first-call paths: toy_cnn fp32's first fully connected GEMM runs 2,956
+instructions in execution 1 and 774 in execution 2, its mean 1.28 M and 1.26 M. From the second
+execution on, every operator counts the same (the third equals it). A count of the first would
+gate a cold inference's one-time work, not the model's steady state that baselines hold."""
 EMULATED_TIMEOUT_S = 3600.0
 """A run's deadline under emulation when none is given: every instruction costs ~100x (the exec
 log ~5x more), so the native default would cut the largest examples short."""
@@ -187,55 +203,37 @@ class QemuSme2Device(Device):
         *,
         timeout_s: float | None = None,
     ) -> Sme2Evidence:
-        """Instructions of one steady-state inference, split by its ETDump events, the kernels
-        it executed, and the instructions of the method's init (where the weights are packed).
+        """The evidence of :meth:`counted_run`, whose run serves nothing else here."""
+        return self.counted_run(
+            model, inputs, variant, threads, workdir, timeout_s=timeout_s
+        ).evidence
 
-        One traced run of two inferences with qemu's execution log streamed through a FIFO into
-        the counter (the log, 300+ MB per inference, never touches the disk); the second
-        inference is counted — the first carries one-time set-up (see
-        :func:`pytest_sme2.devices.qemu_log.count_calls`) — and its clock reads line up with its
-        ETDump events (:func:`pytest_sme2.attribution.instruction_trace`).
+    def counted_run(
+        self,
+        model: Path,
+        inputs: Path,
+        variant: Variant,
+        threads: int,
+        workdir: Path,
+        *,
+        timeout_s: float | None = None,
+    ) -> CountedRun:
+        """One traced run, its last execution counted: instructions split by its ETDump events,
+        the kernels it executed, and the instructions of the method's init (where the weights
+        are packed); the run's ETDump and outputs are the variant's. :data:`COUNTED_WARMUP`
+        executions precede the counted one.
         """
-        toolchain, binary = self._prepared()
-        workdir.mkdir(parents=True, exist_ok=True)
-        fifo = workdir / "qemu-exec-log.fifo"
-        fifo.unlink(missing_ok=True)
-        os.mkfifo(fifo)
-        libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
-        plan = RunPlan(runs=1, warmup=1, threads=threads, traced=True, timeout_s=timeout_s)
-        try:
-            calls, result = _count_while(
-                fifo,
-                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL),
-                lambda: run_runner(
-                    binary,
-                    model,
-                    workdir,
-                    plan,
-                    inputs=inputs,
-                    want_outputs=False,
-                    prefix=self._prefix(variant, exec_log=fifo),
-                    default_timeout_s=EMULATED_TIMEOUT_S,
-                ),
-            )
-        finally:
-            fifo.unlink(missing_ok=True)
-        inits = [call for call in calls if call.function == INIT_SYMBOL]
-        calls = [call for call in calls if call.function == EXECUTE_SYMBOL]
-        if len(calls) != plan.warmup + plan.runs:
-            raise RunnerError(
-                f"{model}: the qemu log shows {len(calls)} inference(s), the runner ran "
-                f"{plan.warmup + plan.runs}"
-            )
+        plan = RunPlan(
+            runs=1, warmup=COUNTED_WARMUP, threads=threads, traced=True, timeout_s=timeout_s
+        )
+        result, executions, init = self.count_executions(model, inputs, variant, plan, workdir)
         assert result.etdump is not None, "a traced run always writes an ETDump"
-        inference = calls[-1]
+        inference = executions[-1]
+        index = len(executions) - 1
         trace = read_etdump(result.etdump)
-        counted = instruction_trace(trace, len(calls) - 1, inference.clock_reads)
+        counted = instruction_trace(trace, index, inference.clock_reads)
         operators = operator_kernels(
-            trace.runs[len(calls) - 1],
-            inference.clock_reads,
-            inference.interval_functions,
-            result.etdump,
+            trace.runs[index], inference.clock_reads, inference.interval_functions, result.etdump
         )
         evidence = kernel_evidence(
             executed_kernels(inference),
@@ -246,7 +244,49 @@ class QemuSme2Device(Device):
             executed=kernels_of_operators(operators),
             operator_kernels=operators,
         )
-        return replace(evidence, init_instructions=inits[0].total if len(inits) == 1 else None)
+        return CountedRun(
+            result, replace(evidence, init_instructions=init.total if init is not None else None)
+        )
+
+    def count_executions(
+        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
+    ) -> tuple[RunResult, list[InstructionCount], InstructionCount | None]:
+        """Run ``plan`` (traced) with qemu's execution log streamed through a FIFO into the
+        counter (the log, 300+ MB per inference, never touches the disk): the run, one count per
+        execution in order (their clock reads line up with the ETDump's runs,
+        :func:`pytest_sme2.attribution.instruction_trace`), and the method init's count (None
+        unless it ran once).
+        """
+        toolchain, binary = self._prepared()
+        workdir.mkdir(parents=True, exist_ok=True)
+        fifo = workdir / "qemu-exec-log.fifo"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
+        try:
+            calls, result = _count_while(
+                fifo,
+                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL),
+                lambda: run_runner(
+                    binary,
+                    model,
+                    workdir,
+                    plan,
+                    inputs=inputs,
+                    prefix=self._prefix(variant, exec_log=fifo),
+                    default_timeout_s=EMULATED_TIMEOUT_S,
+                ),
+            )
+        finally:
+            fifo.unlink(missing_ok=True)
+        inits = [call for call in calls if call.function == INIT_SYMBOL]
+        executions = [call for call in calls if call.function == EXECUTE_SYMBOL]
+        if len(executions) != plan.warmup + plan.runs:
+            raise RunnerError(
+                f"{model}: the qemu log shows {len(executions)} inference(s), the runner ran "
+                f"{plan.warmup + plan.runs}"
+            )
+        return result, executions, inits[0] if len(inits) == 1 else None
 
 
 def executed_kernels(count: InstructionCount) -> list[str]:
