@@ -1,0 +1,159 @@
+"""What the qemu-sme2 counted run costs, and where: qemu's own logging or our counting.
+
+Per example (its emulation size; corpus members too with ``--corpus``) × dtype × variant, the run
+the device counts (:data:`pytest_sme2.devices.qemu.COUNTED_WARMUP` warm-up executions, then the
+counted one, traced) is made four ways:
+
+* ``plain``: the exec log off, as a plain qemu run: the floor;
+* ``null``: qemu writing the exec log to /dev/null: qemu's cost of producing the log;
+* ``cat``: the log into a FIFO drained by ``cat > /dev/null``: adds the pipe;
+* ``count``: the log into a FIFO drained by our counter (the device's counted run).
+
+Each is split by the runner's own timings into the load phase (process start, program load,
+method init: everything before the first ``Method::execute``, and the writing of results after
+the last) and the executions. The table gives seconds per stage as load+executions, and the
+ratio of the counted run to the plain one, whole and executions only. Exports come from the
+export cache; the machine should be otherwise idle, as each stage is timed once.
+
+    python benchmarks/evidence_cost.py [--models toy_cnn] [--dtypes fp32 int8] [--corpus]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_sme2.devices.base import Variant
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's models/ and benchmarks/
+
+#: fp32 only by default, so the examples take minutes; ``--dtypes`` adds the others
+DEFAULT_DTYPES = ("fp32",)
+STAGES = ("plain", "null", "cat", "count")
+
+
+def cases(models: list[str] | None, dtypes: list[str], corpus: bool) -> Iterator[tuple[str, str]]:
+    """(model, dtype) of every example, and corpus member with ``corpus``, that was asked for."""
+    import models as examples  # noqa: F401  (registers the examples)
+    from pytest_sme2.models import registered_models
+
+    if corpus:
+        import benchmarks.corpus_models  # noqa: F401  (registers the corpus)
+    for spec in registered_models():
+        if models and spec.name not in models:
+            continue
+        for dtype in dtypes:
+            if dtype in spec.dtypes:
+                yield spec.name, dtype
+
+
+def split(seconds: float, timings: Path) -> tuple[float, float]:
+    """A run's wall time as (load phase and results, executions), by the runner's timings."""
+    executions = sum(json.loads(timings.read_text())["latencies_ms"]) / 1000
+    return seconds - executions, executions
+
+
+def timed(run: Callable[[], object]) -> float:
+    """Wall seconds of ``run()``."""
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def measure_case(
+    model: str, dtype: str, variant: Variant, workdir: Path
+) -> dict[str, tuple[float, float]]:
+    """Per stage, (load phase, executions) in wall seconds of one case's counted run."""
+    from pytest_sme2.devices.provision import provision_qemu, qemu_command
+    from pytest_sme2.devices.qemu import COUNTED_WARMUP, DEFAULT_SME_VECTOR_LENGTH, QemuSme2Device
+    from pytest_sme2.export import export_model
+    from pytest_sme2.models import get_model
+    from pytest_sme2.runner.build import build_runner
+    from pytest_sme2.runner.invoke import TIMINGS_NAME, RunPlan, run_runner
+
+    toolchain = provision_qemu(log=lambda _: None)
+    binary = build_runner("aarch64", executorch_dir=toolchain.executorch_dir)
+    artifact = export_model(get_model(model).for_emulation(), dtype)
+    plan = RunPlan(runs=1, warmup=COUNTED_WARMUP, traced=True)
+    sme2 = str(variant) == "sme2-on"
+
+    def runner(log: Path | None, where: Path) -> Callable[[], object]:
+        prefix = qemu_command(
+            toolchain, sme2=sme2, exec_log=log, sme_vector_length=DEFAULT_SME_VECTOR_LENGTH
+        )
+        return lambda: run_runner(
+            binary, artifact.pte, where, plan, inputs=artifact.inputs, prefix=prefix
+        )
+
+    result: dict[str, tuple[float, float]] = {}
+    for stage in STAGES:
+        where = workdir / stage
+        where.mkdir(parents=True)
+        if stage == "plain":
+            seconds = timed(runner(None, where))
+        elif stage == "null":
+            seconds = timed(runner(Path(os.devnull), where))
+        elif stage == "cat":
+            fifo = where / "log.fifo"
+            os.mkfifo(fifo)
+            with open(os.devnull, "wb") as sink:
+                drain = subprocess.Popen(["cat", str(fifo)], stdout=sink)
+                seconds = timed(runner(fifo, where))
+                drain.wait()
+        else:
+            device = QemuSme2Device()
+            seconds = timed(
+                lambda: device.counted_run(artifact.pte, artifact.inputs, variant, 1, where)  # noqa: B023
+            )
+        result[stage] = split(seconds, where / TIMINGS_NAME)
+    return result
+
+
+def main() -> None:
+    from pytest_sme2.devices.base import Variant
+    from pytest_sme2.errors import ExportError
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="*", help="models to run (default: every example)")
+    parser.add_argument("--dtypes", nargs="*", default=DEFAULT_DTYPES)
+    parser.add_argument("--corpus", action="store_true", help="the corpus members too")
+    args = parser.parse_args()
+    head = ["case", "variant"]
+    head += [f"{stage} load+exec s" for stage in STAGES]
+    head += ["count/plain", "count exec/plain exec"]
+    rows = [head]
+    with tempfile.TemporaryDirectory(prefix="evidence-cost-") as tmp:
+        for model, dtype in cases(args.models, args.dtypes, args.corpus):
+            for variant in (Variant.ON, Variant.OFF):
+                try:
+                    workdir = Path(tmp) / f"{model}-{dtype}-{variant}"
+                    stages = measure_case(model, dtype, variant, workdir)
+                except ExportError:
+                    print(f"{model}[{dtype}]: does not export", flush=True)
+                    break
+                total = {stage: sum(parts) for stage, parts in stages.items()}
+                row = [f"{model}[{dtype}]", str(variant)]
+                row += [f"{load:.1f}+{executions:.1f}" for load, executions in stages.values()]
+                row += [
+                    f"{total['count'] / total['plain']:.1f}x",
+                    f"{stages['count'][1] / stages['plain'][1]:.1f}x",
+                ]
+                rows.append(row)
+                print(" | ".join(row), flush=True)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    print()
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
