@@ -4,7 +4,9 @@ record, :mod:`pytest_sme2.result`).
 Latency comes from timing-only runs (no event tracer: tracing costs 3–10 %), interleaved by round
 so slow drift of the machine (thermals, a neighbour's build) hits SME2-on and SME2-off alike; the
 order alternates inside rounds (on, off, off, on, …) so neither variant always goes first.
-Categories and operators come from one traced run per variant.
+Categories and operators come from one traced run per variant; where time means nothing, that
+run is the device's counted run (:meth:`~pytest_sme2.devices.base.Device.counted_run`), whose
+instructions are the profile.
 """
 
 from __future__ import annotations
@@ -226,7 +228,7 @@ def load_measurement(
     """One variant's load cost and memory from its runner processes: the fastest program load
     and method init (a busy neighbour only slows them), the largest peak resident memory; where
     time means nothing, neither (qemu's resident memory is its own), and init in instructions
-    from the evidence run."""
+    from the evidence (the counted run's, under emulation)."""
     loads = [run.load for run in runs if run.load is not None]
     if not loads:
         return None

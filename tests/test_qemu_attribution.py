@@ -15,11 +15,15 @@ import pytest
 
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
+from pytest_sme2.attribution import instruction_trace
 from pytest_sme2.cache import cache_root
+from pytest_sme2.categories import is_leaf
 from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.qemu import COUNTED_WARMUP, QemuSme2Device
 from pytest_sme2.export import export_model
 from pytest_sme2.models import get_model
+from pytest_sme2.runner.invoke import RunPlan
+from pytest_sme2.trace import Trace, read_etdump
 
 pytest_plugins = ["pytester"]
 
@@ -45,6 +49,33 @@ def test_two_unchanged_runs_count_the_same_per_operator(
     counts = _per_operator(first.instruction_trace)
     assert counts == _per_operator(second.instruction_trace)
     assert len(counts) >= 8 and all(count > 0 for count in counts.values())
+
+
+def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
+    qemu_device: QemuSme2Device, tmp_path: Path
+) -> None:
+    """Why the counted run has a warm-up (``COUNTED_WARMUP``): execution 1 runs XNNPACK's
+    runtime set-up and binds symbols lazily inside operators; from execution 2 on, every
+    operator counts the same. Should a runtime upgrade make 1 equal 2, this fails and the
+    warm-up can go."""
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    plan = RunPlan(runs=2, warmup=1, traced=True)
+    run, executions, init = qemu_device.count_executions(
+        artifact.pte, artifact.inputs, Variant.ON, plan, tmp_path
+    )
+    assert run.etdump is not None and init is not None and len(executions) == 3
+    trace = read_etdump(run.etdump)
+    first, second, third = (
+        instruction_trace(trace, i, count.clock_reads) for i, count in enumerate(executions)
+    )
+    assert first.runs[0].e2e_ns > second.runs[0].e2e_ns * 1.1  # set-up outside any operator
+
+    def leaves(counted: Trace) -> list[tuple[str, int]]:
+        return [(e.name, e.end_ns - e.start_ns) for e in counted.runs[0].events if is_leaf(e.name)]
+
+    assert leaves(first) != leaves(second)  # lazy binding, first-call paths
+    assert leaves(second) == leaves(third)
+    assert COUNTED_WARMUP == 1
 
 
 def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(

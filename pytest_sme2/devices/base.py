@@ -152,7 +152,7 @@ class CountedRun(NamedTuple):
     evidence: Sme2Evidence
 
 
-#: The executions of an evidence run at most: a warm-up and the counted inference.
+#: The executions of an evidence or counted run at most: a warm-up and the counted inference.
 EVIDENCE_EXECUTIONS = 2
 
 

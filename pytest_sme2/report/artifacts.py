@@ -31,8 +31,8 @@ tools read it unchanged (docs: kit-interop.md):
   directory, and the three kit-named CSVs beside each ETDump: those hold what the kit's
   ``etdump_to_csv.py`` would write from the same ETDump, so its overwriting them loses nothing).
 
-The runner's own files (timing rounds, traced and evidence runs) are in ``.sme2-runs/``, their
-ETDumps named ``run.etdp``: no kit glob (``**/*.etdump``) reaches them.
+The runner's own files (timing rounds, traced, evidence and counted runs) are in
+``.sme2-runs/``, their ETDumps named ``run.etdp``: no kit glob (``**/*.etdump``) reaches them.
 
 Units are what the names say. Time is milliseconds of the device's clock — except on an emulated
 device (``emulated: true`` in both JSON files), whose clock is no signal: there the kit-facing
