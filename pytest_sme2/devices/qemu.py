@@ -204,7 +204,8 @@ class QemuSme2Device(Device):
         *,
         timeout_s: float | None = None,
     ) -> Sme2Evidence:
-        """The evidence of :meth:`counted_run`, whose run serves nothing else here."""
+        """The evidence of :meth:`counted_run`, for callers that need neither its ETDump nor its
+        outputs (``measure`` takes the whole counted run)."""
         return self.counted_run(
             model, inputs, variant, threads, workdir, timeout_s=timeout_s
         ).evidence
@@ -252,7 +253,7 @@ class QemuSme2Device(Device):
     def count_executions(
         self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
     ) -> tuple[RunResult, list[InstructionCount], InstructionCount | None]:
-        """Run ``plan`` (traced) with qemu's execution log streamed through a FIFO into the
+        """Run ``plan`` with qemu's execution log streamed through a FIFO into the
         counter (the log, 300+ MB per inference, never touches the disk): the run, one count per
         execution in order (their clock reads line up with the ETDump's runs,
         :func:`pytest_sme2.attribution.instruction_trace`), and the method init's count (None
