@@ -555,6 +555,7 @@ def sme2_judge(
             path=sme2_baseline_path,
             update=sme2_settings.update_baselines,
             strict=sme2_settings.strict,
+            judge_disturbed=sme2_settings.judge_disturbed,
             remeasure=remeasure,
             set_aside=sme2_stored_baseline.set_aside,
         )

@@ -24,6 +24,7 @@ from typing import Any
 from pytest_sme2.analysis import Comparison, Profile, compare
 from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.devices.base import DeviceInfo, ExecutedKernel, Sme2Evidence, Variant
+from pytest_sme2.disturbance import Disturbance
 from pytest_sme2.numerics import ExportNumerics, Numerics
 
 
@@ -131,6 +132,9 @@ class Measurement:
     #: tokens one inference processes (a language model's phase: prompt length, or 1 for a
     #: decode step); None for a model without tokens
     tokens: int | None = None
+    #: how much other work took the CPU from the timed runs, where time is judged
+    #: (:mod:`pytest_sme2.disturbance`); None where the device's time means nothing
+    disturbance: Disturbance | None = None
     comparison: Comparison | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -181,6 +185,7 @@ class Measurement:
             "reference_ms": list(self.reference_ms),
             "overrides": dict(self.overrides),
             "tokens": self.tokens,
+            "disturbance": None if self.disturbance is None else self.disturbance.to_json(),
         }
 
     @classmethod
@@ -201,6 +206,9 @@ class Measurement:
             reference_ms=tuple(data["reference_ms"]),
             overrides=dict(data["overrides"]),
             tokens=data.get("tokens"),
+            disturbance=None
+            if data.get("disturbance") is None
+            else Disturbance.from_json(data["disturbance"]),
         )
 
 

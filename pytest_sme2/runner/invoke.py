@@ -108,6 +108,10 @@ class RunResult:
     traced: bool
     #: load times and memory, where the runner reports them
     load: LoadStats | None = None
+    #: each measured run's thread CPU time, and its involuntary context switches: how much a busy
+    #: machine took from it (:mod:`pytest_sme2.disturbance`); empty where not reported
+    cpu_ms: tuple[float, ...] = ()
+    preemptions: tuple[int, ...] = ()
 
 
 def runner_command(
@@ -344,6 +348,8 @@ def collect_result(
         latencies = [float(value) for value in timings["latencies_ms"]]
         warmup = int(timings["warmup"])
         load = LoadStats.from_timings(timings)
+        cpu_ms = tuple(float(value) for value in timings.get("cpu_ms", ())[warmup:])
+        preemptions = tuple(int(value) for value in timings.get("preemptions", ())[warmup:])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise RunnerError(
             f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
@@ -367,4 +373,6 @@ def collect_result(
         command=tuple(command),
         traced=plan.traced,
         load=load,
+        cpu_ms=cpu_ms,
+        preemptions=preemptions,
     )
