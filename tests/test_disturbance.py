@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.baseline import Tolerances, from_measurement
+from pytest_sme2.calibration import calibrate
 from pytest_sme2.disturbance import (
     MAX_PREEMPTED_SHARE,
     Disturbance,
@@ -27,6 +28,7 @@ from pytest_sme2.disturbance import (
     local_load,
     series,
 )
+from pytest_sme2.errors import ConfigError
 from pytest_sme2.gates import DISTURBED, Expectations, Status, decide, failure_report, judge
 from pytest_sme2.measure import fastest
 from pytest_sme2.result import Measurement
@@ -175,6 +177,21 @@ def test_a_confirmation_trusts_the_undisturbed_measurement():
     busy = replace_disturbance(measurement(HOST, reference_ms=(0.1,)), BUSY)
     assert fastest(calm, busy) is calm
     assert fastest(busy, replace_disturbance(busy, BUSY)) is busy
+
+
+def test_a_calibration_leaves_the_disturbed_measurements_out(tmp_path: Path):
+    calm = [replace_disturbance(measurement(HOST, reference_ms=(0.1,)), QUIET) for _ in range(2)]
+    busy = replace_disturbance(
+        measurement(HOST, off_latencies=(30.0,) * 6, reference_ms=(0.1,)), BUSY
+    )
+    stored = from_measurement(calm[0], TOL)
+    kw = {"path": tmp_path / "b.json", "when": "2026-11-25T18:00:00+00:00"}
+    result = calibrate([*calm, busy], stored, TOL, **kw)
+    assert result.calibration.runs == 2 and result.calibration.noise_percent == 0.0
+    with pytest.raises(ConfigError, match=r"ran undisturbed in 1 of 2 measurements, 2 are needed"):
+        calibrate([calm[0], busy], stored, TOL, **kw)
+    forced = calibrate([calm[0], busy], stored, TOL, judge_disturbed=True, **kw)
+    assert forced.calibration.runs == 2 and forced.calibration.noise_percent > 50
 
 
 # ---- on this machine -------------------------------------------------------------------------
