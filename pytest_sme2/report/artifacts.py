@@ -34,7 +34,7 @@ tools read it unchanged (docs: kit-interop.md):
   ``etdump_to_csv.py`` would write from the same ETDump, so its overwriting them loses nothing).
 
 The runner's own files (timing rounds, traced and evidence runs) are in ``.sme2-runs/``, their
-ETDumps named ``run.etdp`` (``modelled.etdp`` beside an evidence run's, below): no kit glob
+ETDumps named ``run.etdp`` (``modelled.etdp`` beside the counted run's, below): no kit glob
 (``**/*.etdump``) reaches them.
 
 Units are what the names say. Time is milliseconds of the device's clock — except on an emulated
