@@ -26,6 +26,7 @@ from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Sm
 from pytest_sme2.disturbance import Disturbance, MachineLoad, local_load, series
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
+from pytest_sme2.modelled_etdump import write_modelled_etdump
 from pytest_sme2.numerics import (
     TOLERANCES,
     ExportNumerics,
@@ -175,6 +176,8 @@ def measure(
                     timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
                 )
             counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
+            # the kit re-reads an ETDump's times: give it the counted inference's, in instructions
+            modelled = write_modelled_etdump(counted) if counted is not None else None
             timed = timing[variant]
             measured[variant] = VariantMeasurement(
                 variant=variant,
@@ -191,6 +194,7 @@ def measure(
                 outputs=traced.outputs,
                 evidence=replace(evidence, instruction_trace=None) if evidence else None,
                 load=load_measurement(timed or [traced], evidence, timed=info.time_meaningful),
+                modelled_etdump=modelled,
             )
     return Measurement(
         parity=_parity(measured, model, dtype),

@@ -78,6 +78,10 @@ class VariantMeasurement:
     evidence: Sme2Evidence | None = None
     #: load and init cost and memory, where the runner reports them
     load: LoadMeasurement | None = None
+    #: where time means nothing and the device counted instructions per event: the counted
+    #: inference's ETDump re-timed in instructions (:mod:`pytest_sme2.modelled_etdump`), the one
+    #: the kit's tools are given; ``etdump`` stays as the runner wrote it
+    modelled_etdump: Path | None = None
 
     def to_json(self, base: Path) -> dict[str, Any]:
         return {
@@ -89,6 +93,9 @@ class VariantMeasurement:
             "outputs": None if self.outputs is None else _relative(self.outputs, base),
             "evidence": None if self.evidence is None else _evidence_json(self.evidence),
             "load": None if self.load is None else self.load.to_json(),
+            "modelled_etdump": None
+            if self.modelled_etdump is None
+            else _relative(self.modelled_etdump, base),
         }
 
     @classmethod
@@ -103,6 +110,9 @@ class VariantMeasurement:
             outputs=None if data["outputs"] is None else _resolve(data["outputs"], base),
             evidence=None if evidence is None else _evidence_from_json(evidence),
             load=None if data.get("load") is None else LoadMeasurement.from_json(data["load"]),
+            modelled_etdump=None
+            if data.get("modelled_etdump") is None
+            else _resolve(data["modelled_etdump"], base),
         )
 
 
