@@ -814,8 +814,9 @@ def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None
     return "\n".join(lines)
 
 
-#: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment.
-TIME_GATES = ("latency", "shares", "share-limits", "speedup")
+#: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment (the
+#: method init ones: ``load_gates``).
+TIME_GATES = ("latency", "shares", "share-limits", "speedup", "init-time", "max-init")
 
 
 def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:

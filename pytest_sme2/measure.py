@@ -257,7 +257,6 @@ def load_measurement(
         return None
     return LoadMeasurement(
         planned_bytes=loads[0].planned_bytes,
-        state_copy_bytes=loads[0].state_copy_bytes,
         peak_rss_bytes=max(load.peak_rss_bytes for load in loads) if timed else None,
         program_load_ms=min(load.program_load_ms for load in loads) if timed else None,
         method_init_ms=min(load.method_init_ms for load in loads) if timed else None,

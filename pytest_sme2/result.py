@@ -27,6 +27,9 @@ from pytest_sme2.devices.base import DeviceInfo, ExecutedKernel, Sme2Evidence, V
 from pytest_sme2.disturbance import Disturbance
 from pytest_sme2.numerics import ExportNumerics, Numerics
 
+#: Bytes in a mebibyte: how planned and resident memory are shown.
+MIB = 1024 * 1024
+
 
 @dataclass(frozen=True)
 class LoadMeasurement:
@@ -37,12 +40,11 @@ class LoadMeasurement:
     process) where time means something, as the guest instructions of ``Method::init`` where the
     device counts them (exact, like an inference's). The planned memory is the program's (the
     same on every machine); peak resident memory is the runner process's, max over its
-    processes, and includes the runner's copy of the planned memory (``state_copy_bytes``) that
+    processes, and includes the runner's copy of the planned memory (as large again) that
     restores it before each execution; emulated, it would be qemu's own and is not kept.
     """
 
     planned_bytes: int
-    state_copy_bytes: int
     peak_rss_bytes: int | None = None
     program_load_ms: float | None = None
     method_init_ms: float | None = None
@@ -53,7 +55,10 @@ class LoadMeasurement:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LoadMeasurement:
-        return cls(**data)
+        """From :meth:`to_json`, or from a record written while the runner's copy of the plan
+        was kept apart (``state_copy_bytes``, always the planned bytes): a history line or a
+        kit's manifest of then still reads."""
+        return cls(**{key: value for key, value in data.items() if key != "state_copy_bytes"})
 
 
 @dataclass(frozen=True)

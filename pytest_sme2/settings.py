@@ -105,6 +105,18 @@ OPTIONS: tuple[Option, ...] = (
         "allowed change of instructions per inference (emulated devices), in percent",
         "float",
     ),
+    Option(
+        "init-time-tolerance",
+        "15",
+        "allowed rise of the fastest method init (weight packing) in ms, in percent",
+        "float",
+    ),
+    Option(
+        "memory-tolerance",
+        "10",
+        "allowed rise of the runner's peak resident memory, in percent",
+        "float",
+    ),
 )
 
 #: ini-only (a list does not fit a flag): "Operator = Category" lines overriding the classifier.
@@ -275,6 +287,8 @@ def resolve(
             latency_percent=values["sme2_latency_tolerance"],
             speedup_percent=values["sme2_latency_tolerance"],
             instruction_percent=values["sme2_instruction_tolerance"],
+            init_time_percent=values["sme2_init_time_tolerance"],
+            peak_rss_percent=values["sme2_memory_tolerance"],
         ),
         classifier=Classifier.from_lines(get_ini(CATEGORY_OVERRIDES_INI) or ()),
     )

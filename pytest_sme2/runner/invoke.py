@@ -74,9 +74,6 @@ class LoadStats:
     program_load_ms: float  # read and verify the .pte
     method_init_ms: float  # memory plan and delegate init: XNNPACK/KleidiAI pack weights here
     planned_bytes: int  # the memory plan's arenas: activations, inputs, mutable buffers
-    #: the runner's own copy of the planned memory, to restore it before each execution: in
-    #: ``peak_rss_bytes``, and not the program's
-    state_copy_bytes: int
     peak_rss_bytes: int  # the process's peak resident memory (libraries, weights, arenas)
 
     @classmethod
@@ -88,7 +85,6 @@ class LoadStats:
                 program_load_ms=float(timings["program_load_ms"]),
                 method_init_ms=float(timings["method_init_ms"]),
                 planned_bytes=int(timings["planned_bytes"]),
-                state_copy_bytes=int(timings["state_copy_bytes"]),
                 peak_rss_bytes=int(timings["peak_rss_bytes"]),
             )
         except KeyError:
