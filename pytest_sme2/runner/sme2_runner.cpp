@@ -524,7 +524,6 @@ struct LoadStats {
   double program_load_ms = 0;
   double method_init_ms = 0;
   uint64_t planned_bytes = 0;  // the memory plan's arenas (activations, inputs, mutable buffers)
-  uint64_t state_copy_bytes = 0;  // the runner's own copy of them, to restore each execution
 };
 
 // The process's peak resident memory so far, in bytes (Linux and Android count ru_maxrss in
@@ -564,7 +563,6 @@ void write_timings(const Options& options, size_t threads, const LoadStats& load
        << ", \"program_load_ms\": " << json_number(load.program_load_ms)
        << ", \"method_init_ms\": " << json_number(load.method_init_ms)
        << ", \"planned_bytes\": " << load.planned_bytes
-       << ", \"state_copy_bytes\": " << load.state_copy_bytes
        << ", \"peak_rss_bytes\": " << peak_rss_bytes();
   if (std::strlen(SME2_EXECUTORCH_VERSION) > 0) {
     json << ", \"executorch_version\": " << json_string(SME2_EXECUTORCH_VERSION);
@@ -690,7 +688,6 @@ int run(const Options& options) {
 
   const auto bound_inputs = bind_inputs(meta, options, std::move(input_tensors));
   const PlannedState initial_state(planned_buffers);
-  load.state_copy_bytes = load.planned_bytes;
 
   const long total = options.warmup + options.num_executions;
   std::vector<double> latencies_ms;
