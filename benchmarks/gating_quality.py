@@ -25,12 +25,19 @@ checks the input shape of the program it ran.
         [--height 128] [--tolerance PERCENT] [--calibrate N] [--conditions quiet,neighbour]
         [--pytest-arg ARG ...] [--keep DIR] [--out FILE]
 
-``--conditions`` runs the series once per condition against the one baseline (recorded quiet):
-``quiet`` as a user runs it; ``neighbour`` with a noisy neighbour this script starts and stops,
-pinned to the last CPU while the sessions are pinned to the others — a process that at random
-moments (pauses of 1–8 s) streams 64 MB arrays through memory for 0.5–3 s, contending for the
-shared caches and memory bandwidth, and that ends with the series (or after ``--neighbour-max-s``
-at the latest, or when this script dies). ``--calibrate N`` runs ``--sme2-calibrate=N`` after the
+``--conditions`` runs the series once per condition: ``quiet`` as a user runs it; ``neighbour`` with
+a noisy neighbour this script starts and stops, pinned to the last CPU while the sessions are pinned
+to the others — a process that at random moments (pauses of 1–8 s) streams 64 MB arrays through
+memory for 0.5–3 s, contending for the shared caches and memory bandwidth, and that ends with the
+series (or after ``--neighbour-max-s`` at the latest, or when this script dies) — both judged
+against the one baseline recorded quiet; ``busy`` with a real neighbour: ``--busy-exports``
+processes (default 2), unpinned like the sessions, each exporting ExecuTorch programs one after
+another into a fresh export cache (torch.export, XNNPACK lowering, the numerics run: the work a CI
+runner shared with other jobs does), the baseline recorded under it too (its own baseline
+directory), as a team whose runner is always busy records and judges. Each session's line shows the
+runnable threads its measurement saw (from its record). A session whose time gates were not judged
+(the plugin's ``time gates not judged`` line) counts as not judged: on a busy machine a case is
+judged correctly or says it was not judged. ``--calibrate N`` runs ``--sme2-calibrate=N`` after the
 baseline session, so the series is judged at the calibrated tolerance and the table says what the
 calibration predicted.
 
@@ -67,6 +74,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
@@ -87,6 +95,12 @@ BENCHMARK_CHECKS = ("median:10%", "median:5%")
 #: Issues 9 and 20's targets by cell (% more work): the fraction of sessions that may / must fail.
 TARGETS: dict[int, tuple[str, float]] = {0: ("≤", 0.0), 5: ("≥", 0.75), 10: ("≥", 0.95)}
 INPUTS_PROPERTY = "gating program inputs"
+#: The plugin's verdicts that say a case's time was not judged (pytest_sme2.gates): its runs lost
+#: the CPU to other work, or the baseline has no time record for this machine class.
+NOT_JUDGED = ("time-disturbed", "time-record")
+#: Every session's arguments: a bigger input is a bigger planned memory, which that gate (exact,
+#: judged at the instruction tolerance) fails on its own; this benchmark is about time.
+SESSION_ARGS = ("--sme2-instruction-tolerance=1000",)
 SESSION_TIMEOUT_S = 900
 
 CONFTEST = '''"""A user's project: one model whose input width comes from ${env}."""
@@ -159,6 +173,10 @@ class Session:
     measurements: dict[str, dict[str, list[float]]]  # "first"/"confirm" → series → samples
     judged: str | None  # which measurement the benchmark entry (the judged one) holds
     stdout_tail: str
+    #: the plugin said the time gates were not judged (a disturbed measurement, no time record)
+    not_judged: str = ""
+    #: mean runnable threads while the judged case measured, as its record says (None: unknown)
+    runnable: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -203,6 +221,8 @@ class Session:
                 k: v for k, v in self.benchmark.get("stats", {}).items() if k != "data"
             },
             "measurements": self.measurements,
+            "not_judged": self.not_judged,
+            "runnable": self.runnable,
             "judged_measurement": self.judged,
             "samples_ms": model,
             "reference_samples_ms": reference,
@@ -215,7 +235,8 @@ def _fail(message: str) -> None:
 
 def _read_timings(case_dir: Path) -> dict[str, dict[str, list[float]]]:
     """Timing-only samples the runner wrote, per measurement ("first", "confirm") and series (a
-    variant, or "reference"), rounds in order, warm-up runs dropped as the runner's reader does."""
+    variant, or "reference"; "<series> cpu" for the same runs' thread CPU time), rounds in order,
+    warm-up runs dropped as the runner's reader does."""
     found: dict[str, dict[str, list[float]]] = {}
     for label, directory in (("first", case_dir), ("confirm", case_dir / "confirm")):
         rounds: dict[str, list[tuple[int, list[float]]]] = {}
@@ -227,6 +248,8 @@ def _read_timings(case_dir: Path) -> dict[str, dict[str, list[float]]]:
             warmup = int(doc["warmup"])
             samples = [float(ms) for ms in doc["latencies_ms"]][warmup:]
             rounds.setdefault(name, []).append((int(index), samples))
+            cpu = [float(ms) for ms in doc.get("cpu_ms", [])][warmup:]
+            rounds.setdefault(f"{name} cpu", []).append((int(index), cpu))
         if rounds:
             found[label] = {
                 name: [ms for _, samples in sorted(series) for ms in samples]
@@ -290,7 +313,8 @@ def run_session(
         sys.executable, "-m", "pytest", str(project), "-q", "-p", "no:cacheprovider",
         "-p", "no:xdist", f"--rootdir={project}", "-o", "junit_family=xunit1",
         f"--sme2-baseline-dir={baselines}", f"--sme2-artifacts={out / 'artifacts'}",
-        f"--benchmark-json={out / 'benchmark.json'}", f"--junitxml={out / 'junit.xml'}", *extra,
+        f"--benchmark-json={out / 'benchmark.json'}", f"--junitxml={out / 'junit.xml'}",
+        *SESSION_ARGS, *extra,
     ]  # fmt: skip
     started = time.perf_counter()
     try:
@@ -327,7 +351,15 @@ def run_session(
         (label for label, series in measurements.items() if _same(data, series.get(variant, []))),
         None,
     )
+    # the case folder's manifest (its run directories are in .sme2-runs below it)
+    sme2 = json.loads((_case_dir(out / "artifacts").parent / "manifest.json").read_text())["sme2"]
+    load = ((sme2["record"].get("disturbance") or {}).get("load")) or {}
+    skipped = [
+        v["message"] for v in sme2["verdicts"] if v["gate"] in NOT_JUDGED and v["status"] == "skip"
+    ]
     return Session(
+        not_judged=skipped[0].split(": ", 1)[-1] if skipped else "",
+        runnable=load.get("runnable"),
         width=width,
         exit_code=proc.returncode,
         seconds=seconds,
@@ -374,6 +406,11 @@ def ratios(run: Session, base: Session) -> dict[str, Any]:
         result["median_relative"] = [rel.value, rel.low, rel.high]
         result["reference_fastest"] = min(reference) / min(base_reference)
         result["fastest_relative"] = result["fastest"] / result["reference_fastest"]
+    # the alternative clock: the fastest run's thread CPU time, which preemption does not advance
+    cpu = run.measurements.get(run.judged or "", {}).get(f"{run.variant} cpu")
+    base_cpu = base.measurements.get(base.judged or "", {}).get(f"{base.variant} cpu")
+    if cpu and base_cpu:
+        result["fastest_cpu"] = min(cpu) / min(base_cpu)
     return result
 
 
@@ -389,7 +426,7 @@ def _short(sentence: str, limit: int = 110) -> str:
 
 def _describe_run(row: dict[str, Any]) -> str:
     r = row["ratios"]
-    ours = "FAIL" if row["ours_failed"] else "pass"
+    ours = "FAIL" if row["ours_failed"] else "not judged" if row["not_judged"] else "pass"
     if row["remeasured"]:
         ours += " (re-measured)"
     gates = "; ".join(_short(line) for line in row["gates_failed"])
@@ -397,6 +434,7 @@ def _describe_run(row: dict[str, Any]) -> str:
         f"fastest ×{r['fastest']:.3f}, median {_ci(r['median'])}"
         + (f", relative {_ci(r['median_relative'])}" if "median_relative" in r else "")
         + (f", ref fastest ×{r['reference_fastest']:.3f}" if "reference_fastest" in r else "")
+        + (f", cpu fastest ×{r['fastest_cpu']:.3f}" if "fastest_cpu" in r else "")
         if r
         else "no samples"
     )
@@ -404,7 +442,9 @@ def _describe_run(row: dict[str, Any]) -> str:
     line = (
         f"rep {row['rep']:2} {row['cell']:9} w{row['width']}: ours {ours:19} {figures} | "
         f"{theirs} | {row['seconds']:.0f} s"
+        + (f", {row['runnable']:.1f} runnable" if row["runnable"] is not None else "")
     )
+    line += f"\n      not judged: {_short(row['not_judged'])}" if row["not_judged"] else ""
     return line + (f"\n      ours failed on: {gates}" if gates else "")
 
 
@@ -425,7 +465,14 @@ def _target(cell: Cell, failed: int, runs: int) -> str:
 
 def summary(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> list[str]:
     lines = ["", "ratios to the baseline per cell, mean±sd (min–max) over its sessions:"]
-    stats = ("fastest", "median", "median_relative", "reference_fastest", "fastest_relative")
+    stats = (
+        "fastest",
+        "median",
+        "median_relative",
+        "reference_fastest",
+        "fastest_relative",
+        "fastest_cpu",
+    )
     lines.append(f"{'cell':10} " + " ".join(f"{s:>31}" for s in stats))
     for cell in cells:
         runs = [row for row in rows if row["cell"] == cell.name and row["ratios"]]
@@ -448,10 +495,11 @@ def summary(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> list[str]:
         ]
         shown = [f"{k}/{len(runs)} failed {_target(cell, k, len(runs))}".rstrip() for k in counts]
         remeasured = sum(row["remeasured"] for row in runs)
+        unjudged = sum(bool(row["not_judged"]) for row in runs)
         lines.append(
             f"{cell.name:10} {cell.width:>5} "
             + " ".join(f"{s:>30}" for s in shown)
-            + f"   (ours re-measured {remeasured}/{len(runs)})"
+            + f"   (ours re-measured {remeasured}/{len(runs)}, not judged {unjudged}/{len(runs)})"
         )
     lines.append(
         "targets (issues 9, 20): 0 unchanged sessions failed, ≥ 95 % failed at +10 %, ≥ 75 % at "
@@ -510,6 +558,84 @@ def neighbour_running(on: bool, seconds: float, log: Path) -> Iterator[set[int] 
         process.wait(timeout=30)
 
 
+#: What the busy neighbour exports, round and round: an example's every dtype, cold each time.
+BUSY_MODEL = "mobilenet_v3_small"
+BUSY_EXPORT = """
+import sys
+sys.path.insert(0, {repo!r})
+import models  # registers the examples
+from pytest_sme2.export import export_model
+from pytest_sme2.models import get_model
+
+spec = get_model({model!r})
+for dtype in spec.dtypes:
+    export_model(spec, dtype)
+"""
+
+
+@contextmanager
+def busy_running(on: bool, processes: int, seconds: float, log: Path) -> Iterator[None]:
+    """With ``on``: ``processes`` loops of cold ExecuTorch exports in other processes, each in
+    a fresh export cache (the runner copied in, so no build), for ``seconds`` at most; stopped
+    on leaving, each finished export logged (its seconds). The machine's 1-minute load average
+    is logged every 5 s alongside."""
+    if not on:
+        yield
+        return
+    from pytest_sme2.cache import cache_root
+
+    stop = threading.Event()
+    ends = time.monotonic() + seconds
+    script = BUSY_EXPORT.format(repo=str(REPO), model=BUSY_MODEL)
+
+    def loop() -> None:
+        while not stop.is_set() and time.monotonic() < ends:
+            with tempfile.TemporaryDirectory(prefix="sme2-busy-") as cache:
+                shutil.copytree(cache_root() / "runner", Path(cache) / "runner")
+                started = time.monotonic()
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", script],
+                    env={**os.environ, "SME2_CACHE_DIR": cache},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                while proc.poll() is None:
+                    if stop.wait(0.5):
+                        proc.kill()
+                with log.open("a") as out:
+                    out.write(f"export {time.monotonic() - started:.1f}\n")
+
+    def sample() -> None:
+        while not stop.wait(5.0):
+            with log.open("a") as out:
+                out.write(f"load {os.getloadavg()[0]:.2f}\n")
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(processes)]
+    threads.append(threading.Thread(target=sample, daemon=True))
+    for thread in threads:
+        thread.start()
+    time.sleep(15)  # into full swing before anything is recorded
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def busy_load(log: Path) -> str:
+    """How busy the real neighbour kept the machine: exports finished, the load average."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    exports = [float(line.split()[1]) for line in lines if line.startswith("export ")]
+    loads = [float(line.split()[1]) for line in lines if line.startswith("load ")]
+    if not loads:
+        return f"{len(exports)} exports"
+    return (
+        f"{len(exports)} exports of {BUSY_MODEL} ({statistics.mean(exports or [0]):.0f} s each), "
+        f"load average {statistics.mean(loads):.1f} ({min(loads):.1f}–{max(loads):.1f})"
+    )
+
+
 def neighbour_load(log: Path, seconds: float) -> str:
     """How busy the neighbour was: bursts, their total and their share of ``seconds``."""
     bursts = (
@@ -536,10 +662,13 @@ def main() -> int:
     parser.add_argument(
         "--conditions",
         default="quiet",
-        help="comma-separated series to run: quiet, neighbour (default: quiet)",
+        help="comma-separated series to run: quiet, neighbour, busy (default: quiet)",
     )
     parser.add_argument(
         "--neighbour-max-s", type=float, default=3600.0, help="the neighbour's longest life"
+    )
+    parser.add_argument(
+        "--busy-exports", type=int, default=2, help="export processes of the busy condition"
     )
     parser.add_argument(
         "--pytest-arg", action="append", default=[], help="passed to every timed session"
@@ -606,7 +735,6 @@ def main() -> int:
     if args.calibrate:
         print(f"calibration: {calibrate(project, cells[0].width, baselines, args.calibrate)}")
     checks = {expr: parse_compare_fail(expr) for expr in BENCHMARK_CHECKS}
-    base_stats = base.benchmark["stats"]
     rows: list[dict[str, Any]] = []
     loads: dict[str, str] = {}
 
@@ -628,17 +756,39 @@ def main() -> int:
 
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     for condition in conditions:
-        if condition not in ("quiet", "neighbour"):
-            _fail(f"--conditions: unknown condition {condition!r} (quiet, neighbour)")
+        if condition not in ("quiet", "neighbour", "busy"):
+            _fail(f"--conditions: unknown condition {condition!r} (quiet, neighbour, busy)")
         log = root / f"neighbour-{condition}.log"
         series_started = time.perf_counter()
-        with neighbour_running(condition == "neighbour", args.neighbour_max_s, log) as cpus:
+        with (
+            neighbour_running(condition == "neighbour", args.neighbour_max_s, log) as cpus,
+            busy_running(condition == "busy", args.busy_exports, args.neighbour_max_s, log),
+        ):
             print(f"== {condition}" + (f": sessions on CPUs {sorted(cpus)}" if cpus else ""))
+            series_baselines, series_base = baselines, base
+            if condition == "busy":  # recorded under the neighbour too, in a directory of its own
+                series_baselines = root / "baselines-busy"
+                shutil.rmtree(series_baselines, ignore_errors=True)
+                series_base = run_session(
+                    project,
+                    cells[0].width,
+                    series_baselines,
+                    sessions_dir / "baseline-busy",
+                    [*extra, "--sme2-update-baselines"],
+                )
+                record = json.loads(next(series_baselines.rglob(f"{MODEL}-fp32*.json")).read_text())
+                print(
+                    f"baseline under the neighbour: {series_base.seconds:.0f} s, time record "
+                    + ("written" if record.get("machines") else "NOT written (disturbed)")
+                    + (f": {series_base.not_judged}" if series_base.not_judged else ""),
+                    flush=True,
+                )
+                loads[f"{condition} baseline"] = "written" if record.get("machines") else "none"
             for rep in range(args.runs):
                 shift = rep % len(cells)
                 for cell in cells[shift:] + cells[:shift]:
                     run = run_session(
-                        project, cell.width, baselines,
+                        project, cell.width, series_baselines,
                         sessions_dir / f"{condition}-{rep:02}-{cell.percent}", extra, cpus,
                     )  # fmt: skip
                     if run.judged is None:
@@ -647,7 +797,7 @@ def main() -> int:
                         _fail(f"rep {rep} {cell.name}: its benchmark entry is not the baseline's")
                     # pytest-benchmark's own checks, called as --benchmark-compare-fail calls them.
                     verdicts = {
-                        e: check.fails(run.benchmark["stats"], base_stats)
+                        e: check.fails(run.benchmark["stats"], series_base.benchmark["stats"])
                         for e, check in checks.items()
                     }
                     row = {
@@ -658,7 +808,7 @@ def main() -> int:
                         **run.to_json(),
                         "gates_failed": run.gates_failed(),
                         "benchmark": verdicts,
-                        "ratios": ratios(run, base),
+                        "ratios": ratios(run, series_base),
                     }
                     rows.append(row)
                     print(_describe_run(row), flush=True)
@@ -666,6 +816,8 @@ def main() -> int:
                         args.out.write_text(json.dumps(document(), indent=1) + "\n")
         if condition == "neighbour":
             loads[condition] = neighbour_load(log, time.perf_counter() - series_started)
+        if condition == "busy":
+            loads[condition] = busy_load(log)
 
     for condition in conditions:
         print(

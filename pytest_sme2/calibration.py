@@ -98,6 +98,7 @@ def calibrate(
     *,
     path: Path,
     when: str,
+    judge_disturbed: bool = False,
 ) -> CalibrationResult:
     """The calibration of one case from ``measurements`` (N ≥ 2, unchanged, one machine class),
     set into the stored baseline at ``path``.
@@ -105,6 +106,9 @@ def calibrate(
     Nothing but this class's ``calibration`` changes: the portable part and every time stay as
     stored, byte for byte; a class with no time record yet gets the first measurement's times.
     A case with no baseline at all is refused: what is calibrated is a gate against a baseline.
+    Measurements whose runs lost the CPU to other work (:mod:`pytest_sme2.disturbance`) are left
+    out, unless ``judge_disturbed``: their noise is the neighbour's, and a tolerance made of it
+    would let a regression through on every quiet day after.
     """
     if len(measurements) < 2:
         raise ConfigError("--sme2-calibrate needs at least 2 measurements of each case")
@@ -115,6 +119,16 @@ def calibrate(
             f"no baseline for {case} at {path}: record one first (run the suite once, or with "
             "--sme2-update-baselines), then calibrate"
         )
+    disturbed = [m.disturbance.reason for m in measurements if m.disturbance is not None]
+    if not judge_disturbed:
+        calm = [m for m in measurements if m.disturbance is None or m.disturbance.reason is None]
+        if len(calm) < 2:
+            reason = next(r for r in disturbed if r is not None)
+            raise ConfigError(
+                f"--sme2-calibrate: {case} ran undisturbed in {len(calm)} of {len(measurements)} "
+                f"measurements, 2 are needed (one said: {reason}); calibrate on a quiet machine"
+            )
+        measurements, first = calm, calm[0]
     noise = stable(noise_percent(measurements))
     tolerance = stable(max(tol.latency_percent, NOISE_TO_TOLERANCE * noise))
     calibration = Calibration(

@@ -28,7 +28,7 @@ import difflib
 import enum
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +164,12 @@ def judge(
     baseline: Baseline | None,
     expectations: Expectations,
     tolerances: Tolerances,
+    *,
+    judge_disturbed: bool = False,
 ) -> tuple[Verdict, ...]:
     """Every gate's verdict for ``m``; with no baseline, only the baseline-free gates are judged.
+    Time gates are not judged where other work took the CPU from the runs, unless
+    ``judge_disturbed`` (``--sme2-judge-disturbed``).
 
     Against the baseline, ``m`` is judged in its baseline form (``from_measurement``) with the
     "moved" rules a baseline update uses (:class:`pytest_sme2.baseline.Move`): what fails here
@@ -201,7 +205,34 @@ def judge(
             measured = now.machines[m.device.class_id]
             verdicts += _shares(m, measured, record, tolerances)
             verdicts += _latency(m, measured, record, tolerances)
-    return tuple(verdicts)
+    return tuple(verdicts if judge_disturbed else _undisturbed(m, verdicts))
+
+
+#: The gate that says a case's time gates were not judged: other work took the CPU from its runs.
+DISTURBED = "time-disturbed"
+
+
+def _undisturbed(m: Measurement, verdicts: list[Verdict]) -> list[Verdict]:
+    """``verdicts`` without the time gates' where the measurement was disturbed
+    (:mod:`pytest_sme2.disturbance`), and one skip saying why in their place.
+
+    Every time gate alike, failed or passed: a run that lost the CPU can neither show a
+    regression nor clear one, and a false red teaches users to ignore CI. The portable gates
+    (structure, kernels, parity, numerics, instructions) stand. ``--sme2-strict`` fails the skip.
+    """
+    reason = _disturbed(m, judge_disturbed=False)
+    timed = [v for v in verdicts if v.gate.startswith(TIME_GATES)]
+    if reason is None or not timed:
+        return verdicts
+    gates = ", ".join(dict.fromkeys(v.gate.split("[")[0] for v in timed))
+    skip = Verdict(
+        DISTURBED,
+        Status.SKIP,
+        f"time gates not judged for {case_name(m)}: {reason}; a busy machine moves time, not "
+        "the model (measure on a quiet machine, or --sme2-strict to fail)",
+        (f"not judged: {gates}",),
+    )
+    return [v for v in verdicts if v not in timed] + [skip]
 
 
 #: The gate that says a case's time gates were not judged: this machine class has no record.
@@ -783,8 +814,9 @@ def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None
     return "\n".join(lines)
 
 
-#: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment.
-TIME_GATES = ("latency", "shares", "share-limits", "speedup")
+#: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment (the
+#: method init ones: ``load_gates``).
+TIME_GATES = ("latency", "shares", "share-limits", "speedup", "init-time", "max-init")
 
 
 def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:
@@ -813,6 +845,8 @@ def judge_confirmed(
     expectations: Expectations,
     tolerances: Tolerances,
     remeasure: Remeasure | None,
+    *,
+    judge_disturbed: bool = False,
 ) -> Judgement:
     """:func:`judge`, and where only time gates failed, a fresh measurement that decides.
 
@@ -821,7 +855,7 @@ def judge_confirmed(
     measurements stand, plus a ``confirmed`` verdict that says how it went and names the first
     failure.
     """
-    verdicts = judge(m, baseline, expectations, tolerances)
+    verdicts = judge(m, baseline, expectations, tolerances, judge_disturbed=judge_disturbed)
     if remeasure is None or not only_time_gates_failed(verdicts):
         return Judgement(m, verdicts)
     first = failure_report(verdicts, strict=False) or ""
@@ -829,7 +863,7 @@ def judge_confirmed(
     # Judged as the record was taken: on the faster of two measurements (plugin.sme2_judge), so a
     # slow spell of one measurement is not read as a regression, and a regression shows in both.
     fresh = fastest(m, fresh)
-    verdicts = judge(fresh, baseline, expectations, tolerances)
+    verdicts = judge(fresh, baseline, expectations, tolerances, judge_disturbed=judge_disturbed)
     if failure_report(verdicts, strict=False):
         confirmed = Verdict("confirmed", Status.FAIL, f"the failure persisted {how}")
     else:
@@ -838,6 +872,14 @@ def judge_confirmed(
             "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
         )
     return Judgement(fresh, (*verdicts, confirmed), first)
+
+
+def _disturbed(m: Measurement, judge_disturbed: bool) -> str | None:
+    """Why ``m``'s time is neither judged nor recorded (:mod:`pytest_sme2.disturbance`), None
+    where it is."""
+    if judge_disturbed or m.disturbance is None:
+        return None
+    return m.disturbance.reason
 
 
 @dataclass(frozen=True)
@@ -869,6 +911,7 @@ def decide(
     strict: bool,
     remeasure: Remeasure | None,
     set_aside: str | None = None,
+    judge_disturbed: bool = False,
 ) -> Decision:
     """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
 
@@ -881,10 +924,21 @@ def decide(
     """
     baseline, changes = stored, ()
     if stored is None or update:
-        baseline, changes = merge(stored, from_measurement(m, tolerances), tolerances)
+        new = from_measurement(m, tolerances)
+        # a busy session never becomes the yardstick of quiet ones: the class's record stays
+        if disturbed := _disturbed(m, judge_disturbed):
+            new = replace(new, machines={})
+        baseline, changes = merge(stored, new, tolerances)
         changes = (set_aside, *changes) if set_aside else changes
+        if disturbed:
+            changes = (*changes, f"[{m.device.class_id}] time record not written: {disturbed}")
     judgement = judge_confirmed(
-        m, baseline, expectations, tolerances, None if changes else remeasure
+        m,
+        baseline,
+        expectations,
+        tolerances,
+        None if changes else remeasure,
+        judge_disturbed=judge_disturbed,
     )
     failure = failure_report(judgement.verdicts, strict=strict)
     if stored is None and not update:

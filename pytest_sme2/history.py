@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pytest_sme2.errors import Sme2Error
 from pytest_sme2.gates import Verdict
-from pytest_sme2.result import Measurement
+from pytest_sme2.result import MIB, LoadMeasurement, Measurement, VariantMeasurement
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis import Profile
@@ -440,9 +440,13 @@ class Step:
         return text
 
 
+def _variant(m: Measurement, variant: str) -> VariantMeasurement | None:
+    return next((vm for v, vm in m.variants.items() if str(v) == variant), None)
+
+
 def _instructions(variant: str) -> Callable[[Measurement], float | None]:
     def value(m: Measurement) -> float | None:
-        vm = next((vm for v, vm in m.variants.items() if str(v) == variant), None)
+        vm = _variant(m, variant)
         evidence = vm.evidence if vm is not None else None
         return float(evidence.instructions) if evidence and evidence.instructions else None
 
@@ -453,10 +457,24 @@ def _e2e(variant: str) -> Callable[[Measurement], float | None]:
     import statistics
 
     def value(m: Measurement) -> float | None:
-        vm = next((vm for v, vm in m.variants.items() if str(v) == variant), None)
+        vm = _variant(m, variant)
         if vm is None or not m.device.time_meaningful or not vm.latencies_ms:
             return None
         return statistics.median(vm.latencies_ms)
+
+    return value
+
+
+def _load(
+    variant: str, read: Callable[[LoadMeasurement], float | None]
+) -> Callable[[Measurement], float | None]:
+    """A variant's load figure ``read`` from its :class:`LoadMeasurement`, None where the record
+    has none (a record written before load was measured, a runner that reports none)."""
+
+    def value(m: Measurement) -> float | None:
+        vm = _variant(m, variant)
+        found = read(vm.load) if vm is not None and vm.load is not None else None
+        return None if found is None else float(found)
 
     return value
 
@@ -505,6 +523,42 @@ def quantities(tolerances: Tolerances | None = None) -> tuple[Quantity, ...]:
                 variant,
             )
         )
+    for variant in ("sme2-on", "sme2-off"):
+        # load and memory, each with its gate's tolerance (load_gates): method init timed where
+        # time means something, counted where the device counts instructions (never both)
+        found += [
+            Quantity(
+                f"init-ms {variant}",
+                f"method init ms ({variant})",
+                _load(variant, lambda load: load.method_init_ms),
+                True,
+                t.init_time_percent / 100,
+            ),
+            Quantity(
+                f"init-instructions {variant}",
+                f"method init instructions ({variant})",
+                _load(variant, lambda load: load.init_instructions),
+                True,
+                t.instruction_percent / 100,
+            ),
+            Quantity(
+                f"planned {variant}",
+                f"planned memory MiB ({variant})",
+                _load(variant, lambda load: load.planned_bytes / MIB),
+                True,
+                t.instruction_percent / 100,
+            ),
+            Quantity(
+                f"peak-rss {variant}",
+                f"peak resident memory MiB ({variant})",
+                _load(
+                    variant,
+                    lambda load: None if load.peak_rss_bytes is None else load.peak_rss_bytes / MIB,
+                ),
+                True,
+                t.peak_rss_percent / 100,
+            ),
+        ]
     found.append(Quantity("speedup", "speedup", _speedup, True, t.speedup_percent / 100))
     found += [
         Quantity(f"share {c}", f"{c} share", _share(c), False, t.share_points, None)
@@ -702,7 +756,7 @@ def _cause(series: Series, quantity: Quantity, first: int, at: int, last: int) -
 
 
 def _variant_profile(point: Point, variant: str) -> Profile | None:
-    vm = next((vm for v, vm in point.last.measurement.variants.items() if str(v) == variant), None)
+    vm = _variant(point.last.measurement, variant)
     return vm.profile if vm is not None else None
 
 

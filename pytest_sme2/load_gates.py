@@ -1,21 +1,33 @@
-"""Load and memory gates: method init and planned memory against the baseline, and the
-``max_init_ms`` ceiling of the ``sme2`` marker.
+"""Load and memory gates: method init and planned memory against the baseline's portable part,
+method init time and peak resident memory against the time record of the measuring machine's
+class, and the ``max_init_ms`` ceiling of the ``sme2`` marker.
 
 Why gated: XNNPACK and KleidiAI pack the weights when the method is initialised, and a kernel
 or library update can make that several times dearer while inference stays as it was (a Llama's
 load went from 13.8 s to 30.2 s on a phone, pytorch/executorch#5162). Init counted in guest
 instructions (qemu-sme2) is exact like an inference's count, so it is judged with the same
-instruction tolerance and no re-measure; the planned memory follows from the program alone. A
-baseline recorded before either was kept is judged without it and gets it on update.
+instruction tolerance and no re-measure; the planned memory follows from the program alone.
+Where time means something, the fastest method init of the timing runs is judged with its own
+tolerance (``Tolerances.init_time_percent``) and, being wall-clock time, confirmed by a fresh
+measurement (its gate is in ``gates.TIME_GATES``); the runner's peak resident memory, which holds
+the machine's libraries, with ``peak_rss_percent``, not re-measured (a busy neighbour does not move
+it). A baseline or time record written before a quantity was kept is judged without it, saying
+so, and gets it on update.
 """
 
 from __future__ import annotations
 
-from pytest_sme2.baseline import Baseline, Move, Tolerances, instructions_move
+from pytest_sme2.baseline import (
+    Baseline,
+    Move,
+    Tolerances,
+    VariantTimes,
+    init_time_move,
+    instructions_move,
+    peak_rss_move,
+)
 from pytest_sme2.gates import RECORD_IT, Expectations, Status, Verdict, case_name
-from pytest_sme2.result import Measurement
-
-MIB = 1024 * 1024
+from pytest_sme2.result import MIB, Measurement
 
 
 def load_verdicts(
@@ -37,7 +49,81 @@ def load_verdicts(
             verdicts.append(
                 _planned(m, str(variant), measured.planned_bytes, stored.planned_bytes, tol)
             )
+    return verdicts + _timed(m, now, baseline, tol)
+
+
+#: The gates judged against the time record; ``INIT_TIME`` is wall-clock (``gates.TIME_GATES``).
+INIT_TIME, PEAK_MEMORY = "init-time", "peak-memory"
+
+
+def _timed(m: Measurement, now: Baseline, baseline: Baseline, tol: Tolerances) -> list[Verdict]:
+    """Method init time and peak resident memory per variant against the time record of the
+    measuring machine's class (none where it has none: ``gates`` says the time gates were not
+    judged), and one "not judged" verdict per quantity the record was written without."""
+    record = baseline.record_for(m.device)
+    if not m.device.time_meaningful or record is None:
+        return []
+    verdicts: list[Verdict] = []
+    unrecorded: dict[str, str] = {}
+    for variant, measured in now.machines[m.device.class_id].variants.items():
+        stored = record.variants.get(variant)
+        if stored is None:
+            continue
+        for gate, what in ((INIT_TIME, "init time"), (PEAK_MEMORY, "peak resident memory")):
+            judged = _judge_timed(m, variant, gate, measured, stored, tol)
+            if judged is not None:
+                verdicts.append(judged)
+            elif _value(measured, gate) is not None:
+                unrecorded[gate] = what
+    verdicts += [
+        Verdict(
+            gate,
+            Status.SKIP,
+            f"{what} of {case_name(m)} not judged: the time record has no {what}; "
+            "--sme2-update-baselines records it",
+        )
+        for gate, what in unrecorded.items()
+    ]
     return verdicts
+
+
+def _value(times: VariantTimes, gate: str) -> float | None:
+    return times.method_init_ms if gate == INIT_TIME else times.peak_rss_bytes
+
+
+def _judge_timed(
+    m: Measurement,
+    variant: str,
+    gate: str,
+    measured: VariantTimes,
+    stored: VariantTimes,
+    tol: Tolerances,
+) -> Verdict | None:
+    """One variant's method init time or peak resident memory against the record's, by the
+    "moved" rule an update uses; None where either side has no value."""
+    now, then = _value(measured, gate), _value(stored, gate)
+    if now is None or then is None:
+        return None
+    change = f" ({100 * (now / then - 1):+.1f}%)" if then else ""
+    if gate == INIT_TIME:
+        move, percent = init_time_move(now, then, tol), tol.init_time_percent
+        what = "method init (fastest of the runs)"
+        numbers = f"{then:g} → {now:g} ms{change}"
+    else:
+        move, percent = peak_rss_move(now, then, tol), tol.peak_rss_percent
+        what = "peak resident memory"
+        numbers = f"{then / MIB:,.1f} → {now / MIB:,.1f} MiB{change}"
+    name = f"{gate}[{variant}]"
+    if move is Move.ROSE:
+        return Verdict(
+            name,
+            Status.FAIL,
+            f"{what} of {case_name(m)} ({variant}) rose {numbers}, beyond the {percent:g}% "
+            "tolerance of this machine class's record",
+        )
+    if move is Move.FELL:
+        return Verdict(name, Status.PASS, f"{what} ({variant}) fell {numbers}: {RECORD_IT}")
+    return Verdict(name, Status.PASS, f"{what} ({variant}) {numbers}")
 
 
 def _init(m: Measurement, variant: str, now: int, stored: int, tol: Tolerances) -> Verdict:

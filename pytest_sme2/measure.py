@@ -25,8 +25,10 @@ from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
 from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.disturbance import Disturbance, MachineLoad, local_load, series
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
+from pytest_sme2.modelled_etdump import write_modelled_etdump
 from pytest_sme2.numerics import (
     TOLERANCES,
     ExportNumerics,
@@ -106,14 +108,19 @@ def measure(
     :data:`QUIET_S` says which variant and step it is at (:mod:`pytest_sme2.progress`): one real
     architecture emulates for many minutes."""
     info = device.info()
-    with progress.task(
-        f"measure {model}[{dtype}] on {info.name}", remember=False, quiet_s=QUIET_S
-    ) as running:
+    with (
+        progress.task(
+            f"measure {model}[{dtype}] on {info.name}", remember=False, quiet_s=QUIET_S
+        ) as running,
+        _machine_load(device, info) as load,
+    ):
         deadline = deadline or Deadline(plan.timeout_s)
         variants = info.variants
         backends = delegate_backends(etrecord) if etrecord is not None else None
         timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
         reference_ms: list[float] = []
+        reference_preemptions: list[int] = []
+        traced_runs: dict[Variant, RunResult] = {}
         if info.time_meaningful:
             traced_plan = RunPlan(
                 runs=plan.traced_runs,
@@ -141,6 +148,7 @@ def measure(
                     with _naming(info, variants[-1], "reference workload", running=running):
                         ref = device.run(*reference, variants[-1], run_plan, ref_dir)
                     reference_ms.extend(ref.latencies_ms)
+                    reference_preemptions.extend(ref.preemptions)
         else:
             # Emulated time means nothing, and each inference costs seconds: one traced run per
             # variant gives the operator names, structure and outputs, and the instruction counts
@@ -181,6 +189,7 @@ def measure(
                         pte, inputs, variant, traced_plan, workdir / f"{variant}-traced"
                     )
                     assert traced.etdump is not None, "a traced run always writes an ETDump"
+                    traced_runs[variant] = traced
                     trace = read_etdump(traced.etdump)
                     _check_outputs(traced, expected)
                 variant_profile = profile(
@@ -195,6 +204,9 @@ def measure(
                         workdir / f"{variant}-evidence",
                         timeout_s=deadline.seconds(EVIDENCE_EXECUTIONS),
                     )
+            counted = evidence.instruction_trace if evidence and not info.time_meaningful else None
+            # the kit re-reads an ETDump's times: give it the counted inference's, in instructions
+            modelled = write_modelled_etdump(counted) if counted is not None else None
             timed = timing[variant]
             measured[variant] = VariantMeasurement(
                 variant=variant,
@@ -206,20 +218,55 @@ def measure(
                 outputs=traced.outputs,
                 evidence=replace(evidence, instruction_trace=None) if evidence else None,
                 load=load_measurement(timed or [traced], evidence, timed=info.time_meaningful),
+                modelled_etdump=modelled,
             )
-        return Measurement(
-            parity=_parity(measured, model, dtype),
-            numerics=numerics,
-            reference_ms=tuple(reference_ms),
-            model=model,
-            dtype=dtype,
-            threads=plan.threads,
-            device=info,
-            variants=measured,
-            interleaved=len(variants) > 1,
-            overrides=dict(classifier.overrides) if classifier is not None else {},
-            tokens=tokens,
-        )
+    return Measurement(
+        parity=_parity(measured, model, dtype),
+        numerics=numerics,
+        reference_ms=tuple(reference_ms),
+        model=model,
+        dtype=dtype,
+        threads=plan.threads,
+        device=info,
+        variants=measured,
+        interleaved=len(variants) > 1,
+        overrides=dict(classifier.overrides) if classifier is not None else {},
+        tokens=tokens,
+        disturbance=_disturbance(timing, traced_runs, reference_preemptions, load)
+        if info.time_meaningful
+        else None,
+    )
+
+
+@contextmanager
+def _machine_load(device: Device, info: DeviceInfo) -> Iterator[list[MachineLoad]]:
+    """The machine's load while ``device`` measures, where its time is judged and its load can
+    be read (a local device); an empty list otherwise."""
+    if info.time_meaningful and device.runs_locally:
+        with local_load() as found:
+            yield found
+    else:
+        yield []
+
+
+def _disturbance(
+    timing: Mapping[Variant, Sequence[RunResult]],
+    traced: Mapping[Variant, RunResult],
+    reference_preemptions: Sequence[int],
+    load: Sequence[MachineLoad],
+) -> Disturbance:
+    """How much other work took the CPU from the measurement's timed runs (see
+    :mod:`pytest_sme2.disturbance`): every variant's timing and traced runs, and the reference
+    workload's."""
+    found = [
+        series(f"{variant} timing", [p for run in timing[variant] for p in run.preemptions])
+        for variant in timing
+    ]
+    found += [series(f"{variant} traced", run.preemptions) for variant, run in traced.items()]
+    found.append(series("reference workload", reference_preemptions))
+    return Disturbance(
+        series=tuple(s for s in found if s is not None), load=load[0] if load else None
+    )
 
 
 def load_measurement(
@@ -234,7 +281,6 @@ def load_measurement(
         return None
     return LoadMeasurement(
         planned_bytes=loads[0].planned_bytes,
-        state_copy_bytes=loads[0].state_copy_bytes,
         peak_rss_bytes=max(load.peak_rss_bytes for load in loads) if timed else None,
         program_load_ms=min(load.program_load_ms for load in loads) if timed else None,
         method_init_ms=min(load.method_init_ms for load in loads) if timed else None,
@@ -305,10 +351,14 @@ def fastest(*measurements: Measurement) -> Measurement:
     on it, so a slow spell of one measurement does not fail a test while a regression, present
     in both, still does.
 
-    The machine's speed is the reference workload's fastest run where every measurement timed
-    it: a neighbour's burst slows the reference and the model unevenly (by 15 % and 12 % in one
+    Only undisturbed measurements compete where there are any (:mod:`pytest_sme2.disturbance`):
+    one whose runs lost the CPU can neither confirm nor clear a failure. Among them, the
+    machine's speed is the reference workload's fastest run where every measurement timed it: a
+    neighbour's burst slows the reference and the model unevenly (by 15 % and 12 % in one
     session here), so the one least disturbed is the one to trust. Elsewhere, the least total of
     each variant's fastest run."""
+    calm = [m for m in measurements if m.disturbance is None or m.disturbance.reason is None]
+    measurements = tuple(calm) or measurements
     if all(m.reference_ms for m in measurements):
         return min(measurements, key=lambda m: min(m.reference_ms))
     return min(measurements, key=lambda m: sum(min(vm.latencies_ms) for vm in m.variants.values()))

@@ -535,6 +535,7 @@ def sme2_judge(
                 sme2_settings.tolerances,
                 path=sme2_baseline_path,
                 when=datetime.now(UTC).isoformat(timespec="seconds"),
+                judge_disturbed=sme2_settings.judge_disturbed,
             )
         )
         _or_fail(lambda: save(sme2_baseline_path, result.baseline))
@@ -555,6 +556,7 @@ def sme2_judge(
             path=sme2_baseline_path,
             update=sme2_settings.update_baselines,
             strict=sme2_settings.strict,
+            judge_disturbed=sme2_settings.judge_disturbed,
             remeasure=remeasure,
             set_aside=sme2_stored_baseline.set_aside,
         )

@@ -24,7 +24,11 @@ from typing import Any
 from pytest_sme2.analysis import Comparison, Profile, compare
 from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.devices.base import DeviceInfo, ExecutedKernel, Sme2Evidence, Variant
+from pytest_sme2.disturbance import Disturbance
 from pytest_sme2.numerics import ExportNumerics, Numerics
+
+#: Bytes in a mebibyte: how planned and resident memory are shown.
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,11 @@ class LoadMeasurement:
     process) where time means something, as the guest instructions of ``Method::init`` where the
     device counts them (exact, like an inference's). The planned memory is the program's (the
     same on every machine); peak resident memory is the runner process's, max over its
-    processes, and includes the runner's copy of the planned memory (``state_copy_bytes``) that
+    processes, and includes the runner's copy of the planned memory (as large again) that
     restores it before each execution; emulated, it would be qemu's own and is not kept.
     """
 
     planned_bytes: int
-    state_copy_bytes: int
     peak_rss_bytes: int | None = None
     program_load_ms: float | None = None
     method_init_ms: float | None = None
@@ -52,7 +55,10 @@ class LoadMeasurement:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LoadMeasurement:
-        return cls(**data)
+        """From :meth:`to_json`, or from a record written while the runner's copy of the plan
+        was kept apart (``state_copy_bytes``, always the planned bytes): a history line or a
+        kit's manifest of then still reads."""
+        return cls(**{key: value for key, value in data.items() if key != "state_copy_bytes"})
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,10 @@ class VariantMeasurement:
     evidence: Sme2Evidence | None = None
     #: load and init cost and memory, where the runner reports them
     load: LoadMeasurement | None = None
+    #: where time means nothing and the device counted instructions per event: the counted
+    #: inference's ETDump re-timed in instructions (:mod:`pytest_sme2.modelled_etdump`), the one
+    #: the kit's tools are given; ``etdump`` stays as the runner wrote it
+    modelled_etdump: Path | None = None
 
     def to_json(self, base: Path) -> dict[str, Any]:
         return {
@@ -88,6 +98,9 @@ class VariantMeasurement:
             "outputs": None if self.outputs is None else _relative(self.outputs, base),
             "evidence": None if self.evidence is None else _evidence_json(self.evidence),
             "load": None if self.load is None else self.load.to_json(),
+            "modelled_etdump": None
+            if self.modelled_etdump is None
+            else _relative(self.modelled_etdump, base),
         }
 
     @classmethod
@@ -102,6 +115,9 @@ class VariantMeasurement:
             outputs=None if data["outputs"] is None else _resolve(data["outputs"], base),
             evidence=None if evidence is None else _evidence_from_json(evidence),
             load=None if data.get("load") is None else LoadMeasurement.from_json(data["load"]),
+            modelled_etdump=None
+            if data.get("modelled_etdump") is None
+            else _resolve(data["modelled_etdump"], base),
         )
 
 
@@ -131,6 +147,9 @@ class Measurement:
     #: tokens one inference processes (a language model's phase: prompt length, or 1 for a
     #: decode step); None for a model without tokens
     tokens: int | None = None
+    #: how much other work took the CPU from the timed runs, where time is judged
+    #: (:mod:`pytest_sme2.disturbance`); None where the device's time means nothing
+    disturbance: Disturbance | None = None
     comparison: Comparison | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -181,6 +200,7 @@ class Measurement:
             "reference_ms": list(self.reference_ms),
             "overrides": dict(self.overrides),
             "tokens": self.tokens,
+            "disturbance": None if self.disturbance is None else self.disturbance.to_json(),
         }
 
     @classmethod
@@ -201,6 +221,9 @@ class Measurement:
             reference_ms=tuple(data["reference_ms"]),
             overrides=dict(data["overrides"]),
             tokens=data.get("tokens"),
+            disturbance=None
+            if data.get("disturbance") is None
+            else Disturbance.from_json(data["disturbance"]),
         )
 
 

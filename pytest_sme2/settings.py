@@ -69,6 +69,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("baseline-dir", "baselines", "directory of stored baselines, relative to the rootdir"),
     Option("update-baselines", False, "write/refresh baselines instead of failing on them", "bool"),
     Option("strict", False, "treat a skipped gate (device cannot measure it) as a failure", "bool"),
+    Option(
+        "judge-disturbed",
+        False,
+        "judge (and record) time even where other work took the CPU from the timed runs: for a "
+        "machine that is never quiet, with a wide --sme2-latency-tolerance",
+        "bool",
+    ),
     Option("artifacts", "", "directory for traces and run artifacts (default: pytest's basetemp)"),
     Option(
         "history",
@@ -96,6 +103,18 @@ OPTIONS: tuple[Option, ...] = (
         "instruction-tolerance",
         "1",
         "allowed change of instructions per inference (emulated devices), in percent",
+        "float",
+    ),
+    Option(
+        "init-time-tolerance",
+        "15",
+        "allowed rise of the fastest method init (weight packing) in ms, in percent",
+        "float",
+    ),
+    Option(
+        "memory-tolerance",
+        "10",
+        "allowed rise of the runner's peak resident memory, in percent",
         "float",
     ),
 )
@@ -142,6 +161,8 @@ class Settings:
     baseline_dir: Path
     update_baselines: bool
     strict: bool
+    #: ``--sme2-judge-disturbed``: time gates judge a measurement whose runs lost the CPU too
+    judge_disturbed: bool
     #: ``--sme2-calibrate``: measurements per case of an A/A calibration, 0 when not calibrating
     calibrate_runs: int
     artifacts: Path | None
@@ -257,6 +278,7 @@ def resolve(
         baseline_dir=rootdir / values["sme2_baseline_dir"],
         update_baselines=values["sme2_update_baselines"],
         strict=values["sme2_strict"],
+        judge_disturbed=values["sme2_judge_disturbed"],
         calibrate_runs=calibrate_runs,
         artifacts=Path(artifacts) if artifacts else None,
         history=Path(history) if history else None,
@@ -265,6 +287,8 @@ def resolve(
             latency_percent=values["sme2_latency_tolerance"],
             speedup_percent=values["sme2_latency_tolerance"],
             instruction_percent=values["sme2_instruction_tolerance"],
+            init_time_percent=values["sme2_init_time_tolerance"],
+            peak_rss_percent=values["sme2_memory_tolerance"],
         ),
         classifier=Classifier.from_lines(get_ini(CATEGORY_OVERRIDES_INI) or ()),
     )

@@ -15,3 +15,17 @@ def qemu_device() -> QemuSme2Device:
     assert isinstance(prepared, QemuSme2Device)
     prepared.prepare()
     return prepared
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's ``pytester``, whose inner sessions judge time even where other work took the CPU.
+
+    This suite runs on two xdist workers on two cores: a measurement here shares the machine
+    with the other worker's exports by design, so the default — time not judged when the runs
+    lost the CPU — would make every time-gate test a coin toss. The rule itself is tested where
+    it is the subject (tests/test_disturbance.py), which takes this away. Set after pytester's
+    own set-up, which clears ``PYTEST_ADDOPTS``.
+    """
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--sme2-judge-disturbed")
+    return pytester

@@ -215,3 +215,20 @@ def kernel_measurement(
         },
         interleaved=True,
     )
+
+
+def scaled(m: Measurement, *, init: float = 1.0, rss: float = 1.0) -> Measurement:
+    """``m`` with every variant's method init time and peak resident memory scaled."""
+    variants = {}
+    for variant, vm in m.variants.items():
+        load = vm.load
+        assert load is not None and load.method_init_ms and load.peak_rss_bytes
+        variants[variant] = replace(
+            vm,
+            load=replace(
+                load,
+                method_init_ms=load.method_init_ms * init,
+                peak_rss_bytes=round(load.peak_rss_bytes * rss),
+            ),
+        )
+    return replace(m, variants=variants)

@@ -11,20 +11,32 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.cli import main
+from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.history import (
     PAGE_NAME,
     SCHEMA_VERSION,
     GitState,
+    HistoryLog,
+    HistoryRecord,
+    Trends,
+    build_series,
+    commit_ranks,
+    find_steps,
     git_state,
     package_version,
+    quantities,
     read_history,
 )
+from pytest_sme2.measure import MeasurePlan
+from pytest_sme2.report.history import history_html, points_table
+from tests.measurements import measure_toy_cnn, scaled
 
 #: Resolved at import: the inner sessions reuse the real export cache and the provisioned qemu.
 CACHE = cache_root()
@@ -346,3 +358,46 @@ def test_option_paths_outside_the_project_and_a_detached_checkout_keep_their_com
     ]
     summary, _ = _history(tmp_path / "hist", project, tmp_path / "page.html", capsys)
     assert f"| {commits[1][:7]} |" in summary, summary
+
+
+def test_load_and_memory_are_charted_and_a_slower_init_is_a_step(tmp_path: Path) -> None:
+    """toy_cnn really measured on the host, recorded at four commits, the method init 25 %
+    slower from the third (beyond its 15 % tolerance) and the peak resident memory unchanged:
+    the init is a step at the third commit, the memory none; the page draws and tabulates
+    both. A record written before load was measured, or while the runner's copy of the plan was
+    kept apart (``state_copy_bytes``), still reads."""
+    device = HostDevice.from_options(lambda _: None)
+    device.prepare()
+    plan = MeasurePlan(runs=4, rounds=2, warmup=1, traced_runs=2)
+    measured = measure_toy_cnn(device, plan, tmp_path / "measured")
+    log = HistoryLog(tmp_path / "history", GitState())
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    for number, init in enumerate((1.0, 1.0, 1.25, 1.25)):
+        when = start + timedelta(hours=number)
+        log.git = GitState(f"{number:07x}" * 5 + "0" * 5, "main", False, when.isoformat())
+        log.record(scaled(measured, init=init), (), device="host", nodeid="t", artifacts=tmp_path)
+    log.close()
+    records = read_history(tmp_path / "history").records
+    ranks, _ = commit_ranks(records, None)
+    (series,) = build_series(records, ranks)
+    keys = {q.key: q for q in quantities()}
+    (step,) = find_steps(series, keys["init-ms sme2-off"])
+    assert step.at == "0000002" and step.change == pytest.approx(0.25, rel=1e-3)
+    assert "method init ms (sme2-off) +25.0 % at 0000002" in step.sentence()
+    for key in ("peak-rss sme2-off", "planned sme2-off"):
+        assert find_steps(series, keys[key]) == [] and None not in series.values(keys[key])
+    table = points_table(series)
+    for label in ("method init ms (sme2-off)", "planned memory MiB", "peak resident memory MiB"):
+        assert label in table
+    page = history_html(Trends(series=(series,), steps=(step,), problems=(), records=4))
+    assert "method init ms (sme2-off) +25.0 %" in page and "data:image/png;base64," in page
+
+    doc = records[0].to_json()
+    (load,) = [variant["load"] for variant in doc["measurement"]["variants"]]
+    then = {**doc, "measurement": json.loads(json.dumps(doc["measurement"]))}
+    then["measurement"]["variants"][0]["load"] = {**load, "state_copy_bytes": load["planned_bytes"]}
+    assert HistoryRecord.from_json(then).measurement == records[0].measurement
+    del then["measurement"]["variants"][0]["load"]
+    older = HistoryRecord.from_json(then)
+    assert all(vm.load is None for vm in older.measurement.variants.values())
+    assert keys["init-ms sme2-off"].value(older.measurement) is None

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pytest_sme2.analysis import profile
+from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.cache import cache_root
 from pytest_sme2.cli import main
 from pytest_sme2.etrecord import delegate_backends
@@ -227,6 +227,37 @@ def test_on_qemu_the_kit_reads_modelled_time_whose_speedup_is_the_instruction_ra
     assert medians["sme2-off"] / medians["sme2-on"] == pytest.approx(ratio, rel=0.10)
     summary = _json(run / "sme2_analysis_summary.json")
     assert "category_totals_ms" not in summary and summary["category_totals_minstr"]
+
+
+def test_on_qemu_the_kit_etdump_is_the_counted_inference_timed_in_instructions(
+    run_dirs: dict[str, Path],
+):
+    """The kit's ``analyze_results.py`` re-reads each experiment folder's ETDump and
+    ``generate_report.py`` prefers what it writes to ``metrics.json``: on qemu that ETDump holds
+    the counted inference alone, 1 ns = 1 guest instruction, so ``Method::execute`` is the
+    instruction count and every operator its instruction profile, and the kit's speedup after
+    ``analyze_results.py`` is our instruction ratio too. The runner's own ETDump keeps the
+    emulator's clock."""
+    run = run_dirs["qemu-sme2"]
+    manifest = _json(run / "manifest.json")
+    record = manifest["sme2"]["record"]
+    backends = delegate_backends(run / f"{STEM}.pte.etrecord")
+    e2e = {}
+    for result in manifest["results"]:
+        variant = next(v for v in record["variants"] if v["variant"] == result["variant"])
+        kit_etdump = run / result["metrics"]["etdump_rel"]
+        assert run / variant["modelled_etdump"] == kit_etdump
+        trace = read_etdump(kit_etdump)
+        assert [(r.events[0].name, r.e2e_ns) for r in trace.runs] == [
+            (EXECUTE, variant["evidence"]["instructions"])
+        ]
+        # every operator's instructions, categories, shares: the profile the gates judged
+        assert profile(trace, backends=backends, unit=INSTRUCTIONS).to_json() == variant["profile"]
+        e2e[result["variant"]] = trace.runs[0].e2e_ns
+        raw = read_etdump(run / variant["etdump"])  # in .sme2-runs, as the runner wrote it
+        assert raw.runs[-1].e2e_ns != trace.runs[0].e2e_ns
+    instructions = {v["variant"]: v["evidence"]["instructions"] for v in record["variants"]}
+    assert e2e["sme2-off"] / e2e["sme2-on"] == instructions["sme2-off"] / instructions["sme2-on"]
 
 
 def test_sme2_report_reloads_our_run_directory_exactly(run_dirs: dict[str, Path], tmp_path):

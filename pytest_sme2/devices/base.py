@@ -167,6 +167,9 @@ class Device(ABC):
     #: The keys a device spec (``KIND:KEY=VALUE``) takes, each naming one of the device's option
     #: dests (``{"vl": "sme2_qemu_vl"}``); see :mod:`pytest_sme2.devices.spec`.
     spec_keys: ClassVar[Mapping[str, str]] = {}
+    #: Whether the runner runs on this machine, whose load is then read while it measures
+    #: (:func:`pytest_sme2.disturbance.local_load`); a remote device's load is "unknown".
+    runs_locally: ClassVar[bool] = False
 
     #: The device's spec in a fleet (``qemu-sme2:vl=32``), set by :class:`pytest_sme2.fleet.Fleet`:
     #: two devices of one kind must not share a name in reports and failure sentences.

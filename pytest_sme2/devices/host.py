@@ -98,6 +98,7 @@ class HostDevice(Device):
     """Runs the native runner as a local process."""
 
     name = "host"
+    runs_locally = True
 
     def __init__(self) -> None:
         self._binary: Path | None = None

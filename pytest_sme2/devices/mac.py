@@ -118,6 +118,7 @@ class MacDevice(Device):
     """Runs the runner as a local process on an Apple Silicon Mac."""
 
     name = "mac"
+    runs_locally = True
 
     def __init__(self, runner_on: Path | None = None, runner_off: Path | None = None) -> None:
         self.runner_on = runner_on

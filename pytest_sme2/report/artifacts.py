@@ -13,8 +13,10 @@ tools read it unchanged (docs: kit-interop.md):
 * one folder per variant, named like the kit's experiments (``<device>_sme2_on`` /
   ``<device>_sme2_off``), holding, with ``<prefix>`` = ``<stem>_<experiment>_t<threads>``:
 
-  * ``<prefix>.etdump`` — the traced run's ETDump (hard link, else copy); the only ``.etdump``
-    below the run directory, since the kit's tools analyse and sum every one they find;
+  * ``<prefix>.etdump`` — the traced run's ETDump (hard link, else copy); on an emulated device
+    that counted instructions, the counted inference's ETDump re-timed in instructions (below);
+    the only ``.etdump`` below the run directory, since the kit's tools analyse and sum every one
+    they find;
   * ``<prefix>_exec_all_runs_timeline.csv`` / ``<prefix>_exec_run0_timeline.csv`` — one row per
     event of every run / of run 0;
   * ``<prefix>_exec_ops_stats.csv`` — one row per operator kind, per run (see below);
@@ -31,8 +33,9 @@ tools read it unchanged (docs: kit-interop.md):
   directory, and the three kit-named CSVs beside each ETDump: those hold what the kit's
   ``etdump_to_csv.py`` would write from the same ETDump, so its overwriting them loses nothing).
 
-The runner's own files (timing rounds, traced, evidence and counted runs) are in
-``.sme2-runs/``, their ETDumps named ``run.etdp``: no kit glob (``**/*.etdump``) reaches them.
+The runner's own files (timing rounds, traced runs, and on emulated devices the counted runs) are
+in ``.sme2-runs/``, their ETDumps named ``run.etdp`` (``modelled.etdp`` beside the counted run's,
+below): no kit glob (``**/*.etdump``) reaches them.
 
 Units are what the names say. Time is milliseconds of the device's clock — except on an emulated
 device (``emulated: true`` in both JSON files), whose clock is no signal: there the kit-facing
@@ -40,10 +43,13 @@ time (``latency_ms``/``median_ms``… in ``results[]``, ``total_ms``/``avg_ms`` 
 *modelled* from the exact instruction counts, 1 ms = 1,000,000 guest instructions of one
 steady-state inference (:data:`TIME_MODEL`, also in both JSON files), so the speedup the kit's
 ``generate_report.py`` computes from it is our instruction ratio; no kit-named timeline is written
-(its rows would carry the emulator's clock, which the kit prefers over ``metrics.json``). Where an
-emulated device counts no instructions, ``results[]`` carries no latency at all: nothing the kit
-can turn into a speedup. Our own files keep instruction counts under ``*_minstr`` and
-``*_instructions*`` names.
+(the kit prefers a timeline's rows to ``metrics.json``). The experiment folder's ETDump, which the
+kit's ``analyze_results.py`` re-reads into its CSVs, is modelled too: the counted inference alone,
+every event's start and end its instruction count (1 ns = 1 instruction,
+:mod:`pytest_sme2.modelled_etdump`); the runner's own ETDumps in ``.sme2-runs/`` keep the
+emulator's clock. Where an emulated device counts no instructions, ``results[]`` carries no
+latency at all: nothing the kit can turn into a speedup. Our own files keep instruction counts
+under ``*_minstr`` and ``*_instructions*`` names.
 
 Column meanings where the kit's were wrong or unclear (names are kept exactly):
 
@@ -90,7 +96,7 @@ from pytest_sme2.ops import parse_op_name
 from pytest_sme2.report.chrome_trace import write_chrome_trace
 from pytest_sme2.report.content import ordered_variants
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.result import LoadMeasurement, Measurement
+from pytest_sme2.result import LoadMeasurement, Measurement, VariantMeasurement
 from pytest_sme2.stats import LatencyStats
 from pytest_sme2.trace import Run, Trace, read_etdump
 
@@ -505,13 +511,9 @@ def manifest(
 
     ``config`` is null for the kit: it names a config JSON file, and our settings are not one."""
     versions = _versions()
-    # the record's ETDumps are the copies in this directory: the manifest stays valid with it
+    # the record's kit ETDumps are the copies in this directory: the manifest stays valid with it
     record = replace(
-        m,
-        variants={
-            v: replace(vm, etdump=files[v].etdump) if files[v].etdump.is_file() else vm
-            for v, vm in m.variants.items()
-        },
+        m, variants={v: _kit_etdump_copied(vm, files[v].etdump) for v, vm in m.variants.items()}
     )
     sha = executorch_sha()
     return {
@@ -541,6 +543,21 @@ def manifest(
     }
 
 
+def _kit_etdump(vm: VariantMeasurement) -> Path:
+    """The ETDump the kit is given: the modelled one where there is one, else the traced run's."""
+    return vm.etdump if vm.modelled_etdump is None else vm.modelled_etdump
+
+
+def _kit_etdump_copied(vm: VariantMeasurement, copy: Path) -> VariantMeasurement:
+    """``vm`` with the ETDump the kit is given (:func:`_kit_etdump`) as its ``copy`` in the
+    experiment folder, where that was written."""
+    if not copy.is_file():
+        return vm
+    if vm.modelled_etdump is not None:
+        return replace(vm, modelled_etdump=copy)
+    return replace(vm, etdump=copy)
+
+
 def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
     return path
@@ -559,7 +576,8 @@ def _write_variant(
     On an emulated device they hold no emulated time: ops_stats is the instruction profile as
     modelled time (:data:`TIME_MODEL`) and no timeline is written, since the kit takes each
     run's latency from a timeline before metrics.json; the instruction profile is also in
-    ``*_instructions_ops.csv``."""
+    ``*_instructions_ops.csv``; the ETDump (and the Perfetto trace read from it) is the modelled
+    one where the device counted instructions per event."""
     vm = m.variants[variant]
     prefix = file_prefix(m, variant)
     folder = directory / experiment(m, variant)
@@ -584,8 +602,8 @@ def _write_variant(
     if not m.device.time_meaningful:
         if counted:
             _write_csv(f.ops_stats, ops_stats_frame(vm.profile, prefix, modelled=True))
-        if vm.etdump.is_file():
-            _link_or_copy(vm.etdump, f.etdump)
+        if _kit_etdump(vm).is_file():
+            _link_or_copy(_kit_etdump(vm), f.etdump)
             write_chrome_trace(
                 f.chrome_trace,
                 read_etdump(f.etdump),

@@ -34,20 +34,16 @@ def _quantity(key: str) -> Quantity:
     return next(q for q in quantities() if q.key == key)
 
 
+def _per_variant(key: str) -> list[tuple[str, Quantity]]:
+    """A panel's lines: the quantity ``key`` of SME2-off and of SME2-on."""
+    return [(variant, _quantity(f"{key} {variant}")) for variant in ("sme2-off", "sme2-on")]
+
+
 def _panels(series: Series) -> list[tuple[str, list[tuple[str, Quantity]]]]:
     """(title, [(legend, quantity)]) of each panel that has values to draw."""
     candidates = [
-        (
-            "E2E median, ms",
-            [("sme2-off", _quantity("e2e sme2-off")), ("sme2-on", _quantity("e2e sme2-on"))],
-        ),
-        (
-            "instructions per inference",
-            [
-                ("sme2-off", _quantity("instructions sme2-off")),
-                ("sme2-on", _quantity("instructions sme2-on")),
-            ],
-        ),
+        ("E2E median, ms", _per_variant("e2e")),
+        ("instructions per inference", _per_variant("instructions")),
         (
             "instruction ratio off ÷ on" if series.counts_instructions else "speedup off ÷ on",
             [("", _quantity("speedup"))],
@@ -56,6 +52,10 @@ def _panels(series: Series) -> list[tuple[str, list[tuple[str, Quantity]]]]:
             "category share of the headline variant, %",
             [(c, _quantity(f"share {c}")) for c in CATEGORIES],
         ),
+        ("method init, ms (fastest of the runs)", _per_variant("init-ms")),
+        ("method init, instructions", _per_variant("init-instructions")),
+        ("planned memory, MiB", _per_variant("planned")),
+        ("peak resident memory, MiB", _per_variant("peak-rss")),
     ]
     return [
         (title, lines)
@@ -104,11 +104,11 @@ def _at_least_the_floor(ax: Axes, drawn: Sequence[Quantity], series: Series) -> 
 def _cell(value: float | None, quantity: Quantity) -> str:
     if value is None:
         return "—"
-    if quantity.key.startswith("instructions"):
+    if quantity.key.startswith(("instructions", "init-instructions")):
         return f"{value:,.0f}"
-    if quantity.key.startswith("share"):
-        return f"{value:.1f}"
-    return f"{value:.3f}" if quantity.key.startswith("e2e") else f"{value:.2f}×"
+    if quantity.key.startswith(("share", "planned", "peak-rss")):
+        return f"{value:,.1f}"
+    return f"{value:.3f}" if quantity.key.startswith(("e2e", "init-ms")) else f"{value:.2f}×"
 
 
 def _table_quantities(series: Series) -> list[Quantity]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.report.content import Table, ms, ordered_variants, ratio
-from pytest_sme2.result import LoadMeasurement, Measurement
-
-MIB = 1024 * 1024
+from pytest_sme2.result import MIB, LoadMeasurement, Measurement
 
 
 def mib(count: int | None) -> str:
@@ -41,11 +39,18 @@ def load_table(m: Measurement) -> Table | None:
             rows.append((str(variant), "—", "—", "—", "—"))
             continue
         program = "—" if load.program_load_ms is None else f"{ms(load.program_load_ms)} ms"
-        peak = mib(load.peak_rss_bytes)
-        if load.peak_rss_bytes is not None:
-            peak += f" (of which {mib(load.state_copy_bytes)} the runner's copy of the plan)"
-        rows.append((str(variant), program, init_text(load), mib(load.planned_bytes), peak))
-    headers = ("variant", "program load", "method init", "planned memory", "peak resident memory")
+        rows.append(
+            (
+                str(variant),
+                program,
+                init_text(load),
+                mib(load.planned_bytes),
+                mib(load.peak_rss_bytes),
+            )
+        )
+    # the runner keeps a copy of the planned memory to restore it before each execution
+    peak = "peak resident memory (with a copy of the plan)"
+    headers = ("variant", "program load", "method init", "planned memory", peak)
     return Table(headers, tuple(rows))
 
 

@@ -74,9 +74,6 @@ class LoadStats:
     program_load_ms: float  # read and verify the .pte
     method_init_ms: float  # memory plan and delegate init: XNNPACK/KleidiAI pack weights here
     planned_bytes: int  # the memory plan's arenas: activations, inputs, mutable buffers
-    #: the runner's own copy of the planned memory, to restore it before each execution: in
-    #: ``peak_rss_bytes``, and not the program's
-    state_copy_bytes: int
     peak_rss_bytes: int  # the process's peak resident memory (libraries, weights, arenas)
 
     @classmethod
@@ -88,7 +85,6 @@ class LoadStats:
                 program_load_ms=float(timings["program_load_ms"]),
                 method_init_ms=float(timings["method_init_ms"]),
                 planned_bytes=int(timings["planned_bytes"]),
-                state_copy_bytes=int(timings["state_copy_bytes"]),
                 peak_rss_bytes=int(timings["peak_rss_bytes"]),
             )
         except KeyError:
@@ -108,6 +104,10 @@ class RunResult:
     traced: bool
     #: load times and memory, where the runner reports them
     load: LoadStats | None = None
+    #: each measured run's thread CPU time, and its involuntary context switches: how much a busy
+    #: machine took from it (:mod:`pytest_sme2.disturbance`); empty where not reported
+    cpu_ms: tuple[float, ...] = ()
+    preemptions: tuple[int, ...] = ()
 
 
 def runner_command(
@@ -344,6 +344,8 @@ def collect_result(
         latencies = [float(value) for value in timings["latencies_ms"]]
         warmup = int(timings["warmup"])
         load = LoadStats.from_timings(timings)
+        cpu_ms = tuple(float(value) for value in timings.get("cpu_ms", ())[warmup:])
+        preemptions = tuple(int(value) for value in timings.get("preemptions", ())[warmup:])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise RunnerError(
             f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
@@ -367,4 +369,6 @@ def collect_result(
         command=tuple(command),
         traced=plan.traced,
         load=load,
+        cpu_ms=cpu_ms,
+        preemptions=preemptions,
     )

@@ -7,8 +7,10 @@
 //   --inputs F    real inputs, as a tensor file (format in pytest_sme2/tensors.py)
 //   --outputs F   the outputs of the last execution, as a tensor file
 //   --timings F   JSON: per-execution wall-clock latencies (steady clock around Method::execute),
-//                 program load and method init times (init is where XNNPACK packs the weights),
-//                 the planned memory and the process's peak resident memory
+//                 each execution's thread CPU time and involuntary context switches (whether a
+//                 busy machine took the CPU away mid-execution), program load and method init
+//                 times (init is where XNNPACK packs the weights), the planned memory and the
+//                 process's peak resident memory
 //   --method M    the method to run (default: forward)
 // Without --etdump_path no event tracer is attached at all, so timing-only latencies carry no
 // tracing overhead.
@@ -38,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -529,7 +532,6 @@ struct LoadStats {
   double program_load_ms = 0;
   double method_init_ms = 0;
   uint64_t planned_bytes = 0;  // the memory plan's arenas (activations, inputs, mutable buffers)
-  uint64_t state_copy_bytes = 0;  // the runner's own copy of them, to restore each execution
 };
 
 // The process's peak resident memory so far, in bytes (Linux and Android count ru_maxrss in
@@ -547,7 +549,8 @@ uint64_t peak_rss_bytes() {
 }
 
 void write_timings(const Options& options, size_t threads, const LoadStats& load,
-                   const std::vector<double>& latencies_ms) {
+                   const std::vector<double>& latencies_ms, const std::vector<double>& cpu_ms,
+                   const std::vector<long>& preemptions) {
   std::ostringstream json;
   json << "{\"warmup\": " << options.warmup << ", \"num_executions\": " << options.num_executions
        << ", \"threads\": " << threads
@@ -556,11 +559,18 @@ void write_timings(const Options& options, size_t threads, const LoadStats& load
   for (size_t i = 0; i < latencies_ms.size(); ++i) {
     json << (i ? ", " : "") << json_number(latencies_ms[i]);
   }
+  json << "], \"cpu_ms\": [";
+  for (size_t i = 0; i < cpu_ms.size(); ++i) {
+    json << (i ? ", " : "") << json_number(cpu_ms[i]);
+  }
+  json << "], \"preemptions\": [";
+  for (size_t i = 0; i < preemptions.size(); ++i) {
+    json << (i ? ", " : "") << preemptions[i];
+  }
   json << "], \"load_ms\": " << json_number(load.program_load_ms + load.method_init_ms)
        << ", \"program_load_ms\": " << json_number(load.program_load_ms)
        << ", \"method_init_ms\": " << json_number(load.method_init_ms)
        << ", \"planned_bytes\": " << load.planned_bytes
-       << ", \"state_copy_bytes\": " << load.state_copy_bytes
        << ", \"peak_rss_bytes\": " << peak_rss_bytes();
   if (std::strlen(SME2_EXECUTORCH_VERSION) > 0) {
     json << ", \"executorch_version\": " << json_string(SME2_EXECUTORCH_VERSION);
@@ -569,6 +579,35 @@ void write_timings(const Options& options, size_t threads, const LoadStats& load
   const std::string text = json.str();
   write_atomic(options.timings_path, text.data(), text.size());
 }
+
+// What a busy machine did to one execution, read on the executing thread: its CPU time (which
+// preemption does not advance) and its involuntary context switches (each one a time slice given
+// to another runnable thread). pytest_sme2.disturbance judges a timing from these; the wall clock
+// stays the latency. macOS has no per-thread rusage: there the process's switches are counted,
+// which with one thread is the same.
+struct ThreadClock {
+  double cpu_ms = 0;
+  long preemptions = 0;
+
+  static ThreadClock now() {
+    ThreadClock clock;
+    struct timespec cpu {};
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
+      clock.cpu_ms =
+          static_cast<double>(cpu.tv_sec) * 1e3 + static_cast<double>(cpu.tv_nsec) / 1e6;
+    }
+    struct rusage usage {};
+#ifdef RUSAGE_THREAD
+    const int who = RUSAGE_THREAD;
+#else
+    const int who = RUSAGE_SELF;
+#endif
+    if (getrusage(who, &usage) == 0) {
+      clock.preemptions = usage.ru_nivcsw;
+    }
+    return clock;
+  }
+};
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -657,17 +696,24 @@ int run(const Options& options) {
 
   const auto bound_inputs = bind_inputs(meta, options, std::move(input_tensors));
   const PlannedState initial_state(planned_buffers);
-  load.state_copy_bytes = load.planned_bytes;
 
   const long total = options.warmup + options.num_executions;
   std::vector<double> latencies_ms;
   latencies_ms.reserve(static_cast<size_t>(total));
+  std::vector<double> cpu_ms;
+  std::vector<long> preemptions;
   for (long i = 0; i < total; ++i) {
+    // counted from before the restore: a switch there leaves the execution's caches cold too
+    const ThreadClock before = ThreadClock::now();
     initial_state.restore(planned_buffers);
     set_inputs(method, bound_inputs);
     const auto start = std::chrono::steady_clock::now();
+    const ThreadClock started = ThreadClock::now();
     const Error error = method.execute();
     latencies_ms.push_back(ms_since(start));
+    const ThreadClock after = ThreadClock::now();
+    cpu_ms.push_back(after.cpu_ms - started.cpu_ms);
+    preemptions.push_back(after.preemptions - before.preemptions);
     if (error != Error::Ok) {
       fail("execution " + std::to_string(i + 1) + " of " + std::to_string(total) +
            " (method '" + options.method + "') failed: " + describe(error));
@@ -692,7 +738,7 @@ int run(const Options& options) {
     write_atomic(options.etdump_path, result.buf, result.size);
   }
   if (!options.timings_path.empty()) {
-    write_timings(options, threads, load, latencies_ms);
+    write_timings(options, threads, load, latencies_ms, cpu_ms, preemptions);
   }
   return 0;
 }

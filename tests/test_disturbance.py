@@ -1,0 +1,261 @@
+"""Time that a busy machine moved is neither judged nor recorded, and says so.
+
+Real where it can be: the runner's preemption counts come from a real runner pinned to one CPU
+beside real spinning processes, the machine's load from this machine's ``/proc/stat``, and the
+plugin's verdict from an inner session measuring while the machine is oversubscribed.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_sme2.baseline import Tolerances, from_measurement
+from pytest_sme2.calibration import calibrate
+from pytest_sme2.disturbance import (
+    MAX_PREEMPTED_SHARE,
+    Disturbance,
+    MachineLoad,
+    Series,
+    local_load,
+    series,
+)
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.gates import DISTURBED, Expectations, Status, decide, failure_report, judge
+from pytest_sme2.measure import fastest
+from pytest_sme2.result import Measurement
+from tests.measurements import HOST, measurement
+from tests.test_plugin import make_suite, run
+
+pytest_plugins = ["pytester"]
+
+TOL = Tolerances()
+QUIET = Disturbance((Series("sme2-off timing", 20, 0), Series("reference workload", 20, 0)))
+BUSY = Disturbance(
+    (Series("sme2-off timing", 20, 17), Series("reference workload", 20, 1)),
+    MachineLoad(cores=2, runnable=3.4, steal_percent=0.0),
+)
+linux_only = pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads /proc/stat")
+
+
+def _spin(seconds: float, cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@contextmanager
+def spinners(count: int, seconds: float, cpu: int | None = None) -> Iterator[None]:
+    """``count`` processes that only burn CPU for at most ``seconds`` (on ``cpu`` if given):
+    a neighbour that makes more threads runnable than there are cores."""
+    procs = [
+        multiprocessing.get_context("spawn").Process(target=_spin, args=(seconds, cpu))
+        for _ in range(count)
+    ]
+    for proc in procs:
+        proc.start()
+    time.sleep(0.3)  # spawned interpreters take a moment before they spin
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join()
+
+
+# ---- the rule --------------------------------------------------------------------------------
+
+
+def test_runs_that_kept_the_cpu_are_undisturbed():
+    assert QUIET.reason is None
+    share = int(20 * MAX_PREEMPTED_SHARE)  # at the limit: still judged
+    assert Disturbance((Series("sme2-on timing", 20, share),)).reason is None
+
+
+def test_runs_that_lost_the_cpu_say_how_many_and_what_the_machine_did():
+    assert BUSY.reason == (
+        "17 of 20 sme2-off timing runs lost the CPU to other work (3.4 runnable threads on 2 "
+        "cores during the measurement)"
+    )
+    unknown = Disturbance((Series("sme2-on traced", 10, 6),))
+    assert unknown.reason == (
+        "6 of 10 sme2-on traced runs lost the CPU to other work (the machine's load unknown)"
+    )
+
+
+def test_an_oversubscribed_or_robbed_machine_is_disturbed_without_a_switch_seen():
+    crowded = Disturbance(QUIET.series, MachineLoad(cores=2, runnable=3.1))
+    assert crowded.reason == "3.1 runnable threads on 2 cores during the measurement"
+    robbed = Disturbance(QUIET.series, MachineLoad(cores=2, runnable=1.1, steal_percent=6.5))
+    assert robbed.reason == (
+        "1.1 runnable threads on 2 cores, 6.5% of CPU time stolen by the hypervisor during the "
+        "measurement"
+    )
+    # a neighbour on the other core is the reference workload's to cancel, not a disturbance
+    assert Disturbance(QUIET.series, MachineLoad(cores=2, runnable=2.2)).reason is None
+    mac = MachineLoad(cores=10, load_average=2.4)
+    assert mac.describe() == "load average 2.4 on 10 cores during the measurement"
+
+
+def test_series_of_a_runner_that_reports_no_switches_is_none():
+    assert series("sme2-on timing", ()) is None
+    assert series("sme2-on timing", (0, 2, 0, 1)) == Series("sme2-on timing", 4, 2)
+
+
+def test_the_disturbance_survives_the_saved_record(tmp_path: Path):
+    m = replace_disturbance(measurement(HOST), BUSY)
+    again = Measurement.from_json(json.loads(json.dumps(m.to_json(tmp_path))), tmp_path)
+    assert again.disturbance == BUSY and again.disturbance.reason == BUSY.reason
+
+
+# ---- the verdicts ----------------------------------------------------------------------------
+
+
+def replace_disturbance(m: Measurement, disturbance: Disturbance | None) -> Measurement:
+    return replace(m, disturbance=disturbance)
+
+
+def test_a_disturbed_measurement_judges_no_time_gate_and_says_why():
+    base = from_measurement(measurement(HOST), TOL)
+    slower = (12.0, 12.1, 11.9, 12.05, 11.95, 12.0)  # +20 %: a failure when judged
+    m = replace_disturbance(measurement(HOST, off_latencies=slower), BUSY)
+    expectations = Expectations(max_share={"Convolution": 0.3})
+    verdicts = judge(m, base, expectations, TOL)
+    gates = {v.gate for v in verdicts}
+    assert not any(g.startswith(("latency", "shares", "share-limits")) for g in gates)
+    assert "structure[sme2-off]" in gates  # portable gates stand
+    (skip,) = [v for v in verdicts if v.gate == DISTURBED]
+    assert skip.status is Status.SKIP
+    assert skip.message.startswith(
+        "time gates not judged for toy[fp32] on host: 17 of 20 sme2-off timing runs lost the CPU"
+    )
+    assert skip.details == ("not judged: share-limits, shares, latency, latency-sensitivity",)
+    assert failure_report(verdicts, strict=False) is None
+    assert "gate skipped under --sme2-strict: time gates not judged" in (
+        failure_report(verdicts, strict=True) or ""
+    )
+    judged = judge(m, base, expectations, TOL, judge_disturbed=True)
+    assert {v.gate: v.status for v in judged}["latency[sme2-off]"] is Status.FAIL
+
+
+def test_a_quiet_measurement_is_judged_as_before():
+    base = from_measurement(measurement(HOST), TOL)
+    slower = (12.0, 12.1, 11.9, 12.05, 11.95, 12.0)
+    m = replace_disturbance(measurement(HOST, off_latencies=slower), QUIET)
+    assert {v.gate: v.status for v in judge(m, base, Expectations(), TOL)}[
+        "latency[sme2-off]"
+    ] is Status.FAIL
+
+
+def test_a_disturbed_measurement_records_no_time(tmp_path: Path):
+    m = replace_disturbance(measurement(HOST), BUSY)
+    common = {"path": tmp_path / "b.json", "strict": False, "remeasure": None}
+    first = decide(m, None, Expectations(), TOL, update=True, **common)
+    assert first.baseline is not None and first.baseline.machines == {}
+    assert first.changes[-1] == (f"[{m.device.class_id}] time record not written: {BUSY.reason}")
+    quiet = decide(replace_disturbance(m, QUIET), None, Expectations(), TOL, update=True, **common)
+    assert quiet.baseline is not None
+    # a busy update keeps the class's quiet record, to the byte
+    kept = decide(m, quiet.baseline, Expectations(), TOL, update=True, **common)
+    assert kept.baseline is not None and kept.baseline.machines == quiet.baseline.machines
+    forced = decide(m, None, Expectations(), TOL, update=True, judge_disturbed=True, **common)
+    assert forced.baseline is not None and m.device.class_id in forced.baseline.machines
+
+
+def test_a_confirmation_trusts_the_undisturbed_measurement():
+    calm = replace_disturbance(measurement(HOST, reference_ms=(0.2,)), QUIET)
+    busy = replace_disturbance(measurement(HOST, reference_ms=(0.1,)), BUSY)
+    assert fastest(calm, busy) is calm
+    assert fastest(busy, replace_disturbance(busy, BUSY)) is busy
+
+
+def test_a_calibration_leaves_the_disturbed_measurements_out(tmp_path: Path):
+    calm = [replace_disturbance(measurement(HOST, reference_ms=(0.1,)), QUIET) for _ in range(2)]
+    busy = replace_disturbance(
+        measurement(HOST, off_latencies=(30.0,) * 6, reference_ms=(0.1,)), BUSY
+    )
+    stored = from_measurement(calm[0], TOL)
+    kw = {"path": tmp_path / "b.json", "when": "2026-11-25T18:00:00+00:00"}
+    result = calibrate([*calm, busy], stored, TOL, **kw)
+    assert result.calibration.runs == 2 and result.calibration.noise_percent == 0.0
+    with pytest.raises(ConfigError, match=r"ran undisturbed in 1 of 2 measurements, 2 are needed"):
+        calibrate([calm[0], busy], stored, TOL, **kw)
+    forced = calibrate([calm[0], busy], stored, TOL, judge_disturbed=True, **kw)
+    assert forced.calibration.runs == 2 and forced.calibration.noise_percent > 50
+
+
+# ---- on this machine -------------------------------------------------------------------------
+
+
+@linux_only
+def test_the_machine_load_is_read_while_measuring():
+    cores = os.cpu_count() or 1
+    with spinners(cores + 2, seconds=5.0), local_load() as found:
+        time.sleep(1.0)
+    (load,) = found
+    assert load.cores == cores
+    assert load.runnable is not None and load.runnable >= cores + 1
+    assert load.oversubscribed()
+    assert Disturbance((), load).reason == load.describe()
+
+
+@linux_only
+def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
+    """The real runner pinned to one CPU with two spinners on it: its executions lose the CPU
+    and it says so; CPU time never exceeds the wall clock."""
+    from pytest_sme2.export import export_model
+    from pytest_sme2.models import get_model
+    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+
+    artifact = export_model(get_model("toy_cnn"), "fp32")
+    cpu = min(os.sched_getaffinity(0))
+    plan = RunPlan(runs=30, warmup=1, threads=1)
+    with spinners(2, seconds=30.0, cpu=cpu):
+        busy = run_runner(
+            build_runner(),
+            artifact.pte,
+            tmp_path / "busy",
+            plan,
+            inputs=artifact.inputs,
+            prefix=["taskset", "-c", str(cpu)],
+        )
+    assert len(busy.preemptions) == len(busy.cpu_ms) == 30
+    lost = [i for i, p in enumerate(busy.preemptions) if p]
+    assert lost, busy.preemptions
+    for cpu_ms, wall_ms in zip(busy.cpu_ms, busy.latencies_ms, strict=True):
+        assert 0 < cpu_ms <= wall_ms * 1.01
+    # the slices given to the spinners are wall clock the run's CPU time does not have (a switch
+    # is counted from before the run's restore step too, which leaves its caches cold)
+    away = [busy.latencies_ms[i] - busy.cpu_ms[i] for i in lost]
+    assert max(away) > 1.0, away
+
+
+@linux_only
+def test_a_session_on_an_oversubscribed_machine_passes_saying_time_was_not_judged(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    make_suite(pytester)
+    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
+    monkeypatch.delenv("PYTEST_ADDOPTS")  # this suite's own --sme2-judge-disturbed
+    cores = os.cpu_count() or 1
+    with spinners(cores + 2, seconds=120.0):
+        busy = run(pytester, "--sme2-models=plug_a", "-rs")
+        update = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines", "-rA")
+    busy.assert_outcomes(passed=1)
+    busy.stdout.fnmatch_lines(
+        ["*time gates not judged for plug_a[[]fp32] on host: * runnable threads on * cores*"]
+    )
+    update.assert_outcomes(passed=1)
+    stored = json.loads((pytester.path / "baselines" / "host" / "plug_a-fp32.json").read_text())
+    assert len(stored["machines"]) == 1  # the quiet-enough record is kept
+    assert "time record not written" in update.stdout.str()
