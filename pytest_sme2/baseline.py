@@ -182,7 +182,7 @@ class Calibration:
     def detectable_percent(self, tolerance_percent: float) -> float:
         """The smallest slowdown the gate catches in at least 95 % of sessions at
         ``tolerance_percent``: the change must exceed the tolerance in the first measurement and
-        in the confirming one (``gates.judge_confirmed``), each 97.5 % of the time, so 1.96
+        in the confirming one (``decision.judge_confirmed``), each 97.5 % of the time, so 1.96
         standard deviations of noise beyond the tolerance."""
         return tolerance_percent + 1.96 * self.noise_percent
 

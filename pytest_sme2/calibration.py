@@ -37,7 +37,8 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.result import Measurement
 
 #: The tolerance is this many standard deviations of the noise: a false alarm then needs a 3 σ
-#: excursion in the first measurement and again in the confirming one (``gates.judge_confirmed``).
+#: excursion in the first measurement and again in the confirming one
+#: (``decision.judge_confirmed``).
 NOISE_TO_TOLERANCE = 3.0
 
 

@@ -1,6 +1,6 @@
-"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts, and
-:func:`decide`: everything the plugin then does for a test (the baseline to write, what changed,
-the failure text).
+"""Judging rules: a Measurement against its Baseline and the test's expectations → Verdicts (the
+time gates in :mod:`pytest_sme2.time_gates`, the load gates in :mod:`pytest_sme2.load_gates`;
+what the plugin then does with them, :func:`pytest_sme2.decision.decide`).
 
 Rules, as the user's CI relies on them:
 
@@ -17,7 +17,8 @@ Rules, as the user's CI relies on them:
   run beside it, rose from the baseline's by more than the record's tolerance (default 3 %, or
   calibrated: ``TimeRecord.latency_percent``; ``LatencyBaseline.change_from`` says why); a speedup
   gate fails only when the bootstrap 95 % interval of the speedup lies entirely beyond its
-  tolerance. Time-only failures are confirmed by a fresh measurement (:func:`judge_confirmed`).
+  tolerance. Time-only failures are confirmed by a fresh measurement
+  (:func:`pytest_sme2.decision.judge_confirmed`).
 
 Every verdict carries a sentence a reviewer would write, and, for structure, a compact diff.
 """
@@ -27,38 +28,29 @@ from __future__ import annotations
 import difflib
 import enum
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import jsonschema
 
 from pytest_sme2.analysis import Profile
 from pytest_sme2.baseline import (
-    LATENCY_STATISTIC,
     Baseline,
     Move,
-    TimeRecord,
     Tolerances,
     from_measurement,
     instruction_ratio_move,
     instructions_move,
     kernel_selection_diff,
-    latency_move,
-    merge,
     moved_shares,
-    notes_diff,
     operator_instructions,
-    speedup_baseline,
-    speedup_move,
     structure_diff,
 )
 from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.devices.base import Variant, describe_class
+from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.kernels import layers_without_sme2
-from pytest_sme2.measure import fastest
 from pytest_sme2.numerics import DEGENERATE_ADVICE, NO_REFERENCE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
@@ -175,19 +167,26 @@ def judge(
     "moved" rules a baseline update uses (:class:`pytest_sme2.baseline.Move`): what fails here
     is exactly what ``--sme2-update-baselines`` would record.
     """
+    # imported here: the load and time gates build on this module's verdicts
+    from pytest_sme2.load_gates import load_verdicts
+    from pytest_sme2.time_gates import (
+        latency_gates,
+        no_time_record,
+        share_gates,
+        speedup_gates,
+        without_disturbed_time,
+    )
+
     record = baseline.record_for(m.device) if baseline is not None else None
     now = from_measurement(m, tolerances)
     verdicts: list[Verdict] = []
     verdicts += _share_limits(m, expectations)
     verdicts += _op_counts(m, expectations)
     verdicts += _sme2_kernels(m, expectations)
-    verdicts += _speedup(m, record, expectations, tolerances)
+    verdicts += speedup_gates(m, record, expectations, tolerances)
     verdicts += _instruction_ratio(m, now, baseline, expectations, tolerances)
     if baseline is not None:
         verdicts += _instructions(m, now, baseline, tolerances)
-    # imported here: the load gates build on this module's verdicts
-    from pytest_sme2.load_gates import load_verdicts
-
     verdicts += load_verdicts(m, now, baseline, expectations, tolerances)
     verdicts += _numerics(m)
     verdicts += _parity(m)
@@ -200,57 +199,12 @@ def judge(
             )
             verdicts += _time_meaningless(m, "latency")
         elif record is None:
-            verdicts += _no_time_record(m)
+            verdicts += no_time_record(m)
         else:
             measured = now.machines[m.device.class_id]
-            verdicts += _shares(m, measured, record, tolerances)
-            verdicts += _latency(m, measured, record, tolerances)
-    return tuple(verdicts if judge_disturbed else _undisturbed(m, verdicts))
-
-
-#: The gate that says a case's time gates were not judged: other work took the CPU from its runs.
-DISTURBED = "time-disturbed"
-
-
-def _undisturbed(m: Measurement, verdicts: list[Verdict]) -> list[Verdict]:
-    """``verdicts`` without the time gates' where the measurement was disturbed
-    (:mod:`pytest_sme2.disturbance`), and one skip saying why in their place.
-
-    Every time gate alike, failed or passed: a run that lost the CPU can neither show a
-    regression nor clear one, and a false red teaches users to ignore CI. The portable gates
-    (structure, kernels, parity, numerics, instructions) stand. ``--sme2-strict`` fails the skip.
-    """
-    reason = _disturbed(m, judge_disturbed=False)
-    timed = [v for v in verdicts if v.gate.startswith(TIME_GATES)]
-    if reason is None or not timed:
-        return verdicts
-    gates = ", ".join(dict.fromkeys(v.gate.split("[")[0] for v in timed))
-    skip = Verdict(
-        DISTURBED,
-        Status.SKIP,
-        f"time gates not judged for {case_name(m)}: {reason}; a busy machine moves time, not "
-        "the model (measure on a quiet machine, or --sme2-strict to fail)",
-        (f"not judged: {gates}",),
-    )
-    return [v for v in verdicts if v not in timed] + [skip]
-
-
-#: The gate that says a case's time gates were not judged: this machine class has no record.
-NO_TIME_RECORD = "time-record"
-
-
-def _no_time_record(m: Measurement) -> list[Verdict]:
-    """Time belongs to a machine class: with no record for this one, latency, shares and speedup
-    against the baseline are not judged (the portable gates still are)."""
-    return [
-        Verdict(
-            NO_TIME_RECORD,
-            Status.SKIP,
-            f"time gates not judged for {case_name(m)}: the baseline has no time record for this "
-            f"machine class ({m.device.class_id}: {describe_class(m.device.machine_class)}); "
-            "record it with --sme2-update-baselines",
-        )
-    ]
+            verdicts += share_gates(m, measured, record, tolerances)
+            verdicts += latency_gates(m, measured, record, tolerances)
+    return tuple(verdicts if judge_disturbed else without_disturbed_time(m, verdicts))
 
 
 def _time_meaningless(m: Measurement, gate: str) -> list[Verdict]:
@@ -571,6 +525,32 @@ def _operators_grown(stored: Mapping[str, int], prof: Profile, tol: Tolerances) 
     ]
 
 
+def shares_verdict(
+    m: Measurement,
+    variant: Variant,
+    shares: Mapping[str, float],
+    stored: Mapping[str, float],
+    tol: Tolerances,
+    word: str,
+    gate: str,
+) -> Verdict:
+    """One variant's category shares (of time, or of instructions: ``word``) against the
+    stored ones, each by :func:`share_move`; the moved ones listed."""
+    moved = [
+        f"{cat} {word} {100 * stored.get(cat, 0.0):.1f}% → {100 * shares[cat]:.1f}% "
+        f"({100 * (shares[cat] - stored.get(cat, 0.0)):+.1f} points)"
+        for cat in moved_shares(shares, stored, tol)
+    ]
+    name = f"{gate}[{variant}]"
+    if moved:
+        message = (
+            f"category {word}s of {case_name(m)} ({variant}) moved beyond "
+            f"±{tol.share_points:g} points"
+        )
+        return Verdict(name, Status.FAIL, message, tuple(moved))
+    return Verdict(name, Status.PASS, f"category {word}s within ±{tol.share_points:g} points")
+
+
 def _instruction_shares(
     m: Measurement, now: Baseline, baseline: Baseline, tol: Tolerances
 ) -> list[Verdict]:
@@ -578,7 +558,7 @@ def _instruction_shares(
     splits its exact count between operators (qemu-sme2): the deterministic twin of the time
     shares, judged on every machine. [] where there is nothing to judge."""
     return [
-        _shares_verdict(
+        shares_verdict(
             m,
             variant,
             now.variants[str(variant)].instruction_shares,
@@ -592,55 +572,6 @@ def _instruction_shares(
         and stored.instruction_shares
         and vm.profile.counts_instructions
     ]
-
-
-def _speedup(
-    m: Measurement, record: TimeRecord | None, exp: Expectations, tol: Tolerances
-) -> list[Verdict]:
-    comparison = m.comparison
-    if comparison is None or not m.device.time_meaningful:
-        if exp.speedup_floor is None and (record is None or record.speedup is None):
-            return []
-        reason = m.device.limits.get("speedup", f"{m.device.name} cannot measure an SME2 speedup")
-        return [Verdict("speedup", Status.SKIP, reason)]
-    s = comparison.speedup
-    verdicts = []
-    if exp.speedup_floor is not None:
-        if s.high < exp.speedup_floor:
-            verdicts.append(
-                Verdict(
-                    "speedup-floor",
-                    Status.FAIL,
-                    f"SME2 speedup {s.describe()} is below the floor "
-                    f"{exp.speedup_floor:g}× for {case_name(m)}",
-                )
-            )
-        else:
-            verdicts.append(
-                Verdict(
-                    "speedup-floor",
-                    Status.PASS,
-                    f"SME2 speedup {s.describe()} ≥ floor {exp.speedup_floor:g}×",
-                )
-            )
-    if record is not None and record.speedup is not None:
-        stored = record.speedup.value
-        move = speedup_move(speedup_baseline(s), record.speedup, tol)
-        beyond = f" beyond the {tol.speedup_percent:g}% tolerance"
-        verdicts.append(
-            Verdict(
-                "speedup-baseline",
-                Status.FAIL if move is Move.FELL else Status.PASS,
-                {
-                    Move.FELL: f"SME2 speedup {s.describe()} fell below the baseline {stored:g}×"
-                    f"{beyond} for {case_name(m)}",
-                    Move.WITHIN: f"SME2 speedup {s.value:.2f}× vs baseline {stored:g}×",
-                    Move.ROSE: f"SME2 speedup {s.describe()} rose above the baseline {stored:g}×"
-                    f"{beyond}: {RECORD_IT}",
-                }[move],
-            )
-        )
-    return verdicts
 
 
 def _structure(m: Measurement, now: Baseline, baseline: Baseline) -> list[Verdict]:
@@ -691,266 +622,3 @@ def _kernel_selection(
         return [Verdict(gate, Status.PASS, message, tuple(lines))]
     kinds = len(stored.operator_sme2_kernels)
     return [Verdict(gate, Status.PASS, f"{kinds} operator kind(s) run the baseline's SME2 kernels")]
-
-
-def _shares(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
-    return [
-        _shares_verdict(
-            m, variant, now.variants[str(variant)].shares, stored.shares, tol, "share", "shares"
-        )
-        for variant in m.variants
-        if (stored := record.variants.get(str(variant))) is not None
-    ]
-
-
-def _shares_verdict(
-    m: Measurement,
-    variant: Variant,
-    shares: Mapping[str, float],
-    stored: Mapping[str, float],
-    tol: Tolerances,
-    word: str,
-    gate: str,
-) -> Verdict:
-    """One variant's category shares (of time, or of instructions: ``word``) against the
-    stored ones, each by :func:`share_move`; the moved ones listed."""
-    moved = [
-        f"{cat} {word} {100 * stored.get(cat, 0.0):.1f}% → {100 * shares[cat]:.1f}% "
-        f"({100 * (shares[cat] - stored.get(cat, 0.0)):+.1f} points)"
-        for cat in moved_shares(shares, stored, tol)
-    ]
-    name = f"{gate}[{variant}]"
-    if moved:
-        message = (
-            f"category {word}s of {case_name(m)} ({variant}) moved beyond "
-            f"±{tol.share_points:g} points"
-        )
-        return Verdict(name, Status.FAIL, message, tuple(moved))
-    return Verdict(name, Status.PASS, f"category {word}s within ±{tol.share_points:g} points")
-
-
-def _latency(m: Measurement, now: TimeRecord, record: TimeRecord, tol: Tolerances) -> list[Verdict]:
-    # Same machine class, so judged; what else changed since the record is said alongside.
-    noted = tuple(f"since recorded: {line}" for line in notes_diff(record.notes, m.device.notes))
-    percent = record.latency_percent(tol)
-    verdicts = []
-    for variant, vm in m.variants.items():
-        stored = record.variants.get(str(variant))
-        if stored is None:
-            continue
-        measured = now.variants[str(variant)].latency
-        change = measured.change_from(stored.latency)
-        gate = f"latency[{variant}]"
-        numbers = (
-            f"fastest of {len(vm.latencies_ms)} runs {measured.min_ms:g} ms vs baseline "
-            f"{stored.latency.min_ms:g} ms; median {measured.median_ms:g} ms vs "
-            f"{stored.latency.median_ms:g} ms"
-        )
-        relative = None not in (measured.relative_fastest, stored.latency.relative_fastest)
-        if relative:
-            numbers += (
-                f"; reference workload's fastest {min(measured.reference_samples_ms):g} ms vs "
-                f"{min(stored.latency.reference_samples_ms):g} ms"
-            )
-        what = "relative to the machine's speed" if relative else "in raw time (no reference timed)"
-        move = latency_move(measured, stored.latency, percent)
-        beyond = f"beyond the {percent:g}% tolerance"
-        if move is Move.ROSE:
-            message = (
-                f"E2E latency of {case_name(m)} ({variant}) rose {100 * (change - 1):.1f}% {what} "
-                f"({numbers}), {beyond}"
-            )
-            verdicts.append(Verdict(gate, Status.FAIL, message, noted))
-        else:
-            faster = f", faster {beyond}: {RECORD_IT}" if move is Move.FELL else ""
-            message = f"E2E latency {change:.3f}× the baseline {what} ({numbers}){faster}"
-            verdicts.append(Verdict(gate, Status.PASS, message, noted))
-    if verdicts:
-        verdicts.append(_latency_sensitivity(m, record, tol))
-    return verdicts
-
-
-#: The informational verdict saying how small a slowdown the latency gate sees on this machine.
-LATENCY_SENSITIVITY = "latency-sensitivity"
-
-
-def _latency_sensitivity(m: Measurement, record: TimeRecord, tol: Tolerances) -> Verdict:
-    """How small a slowdown the latency gate sees on this machine class: the minimum detectable
-    effect where the record is calibrated (``--sme2-calibrate``), else the default tolerance and
-    how to learn more. Its one detail is the short form the session table shows."""
-    percent = record.latency_percent(tol)
-    cal = record.calibration
-    if cal is None or cal.statistic != LATENCY_STATISTIC:
-        return Verdict(
-            LATENCY_SENSITIVITY,
-            Status.PASS,
-            f"the latency gate of {case_name(m)} fails a rise beyond {percent:g}%, the default "
-            "tolerance: not calibrated on this machine class (--sme2-calibrate=5 measures how "
-            "small a slowdown it sees)",
-            (f">{percent:g}% (not calibrated)",),
-        )
-    sees = cal.detectable_percent(percent)
-    return Verdict(
-        LATENCY_SENSITIVITY,
-        Status.PASS,
-        f"the latency gate sees a {sees:.1f}% slowdown of {case_name(m)} on this machine class in "
-        f"≥ 95% of sessions (tolerance {percent:g}%; calibrated {cal.when[:10]}: noise "
-        f"{cal.noise_percent:g}% over {cal.runs} unchanged measurements)",
-        (f"{sees:.1f}%",),
-    )
-
-
-def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None:
-    """The failure text for a test: failed gates (and skipped ones under ``--sme2-strict``), each
-    as its sentence followed by its indented details; None when the test passes."""
-    bad = [v for v in verdicts if v.status is Status.FAIL or (strict and v.status is Status.SKIP)]
-    if not bad:
-        return None
-    lines = []
-    for v in bad:
-        prefix = "gate skipped under --sme2-strict: " if v.status is Status.SKIP else ""
-        lines.append(prefix + v.message)
-        lines += [f"    {d}" for d in v.details]
-    return "\n".join(lines)
-
-
-#: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment (the
-#: method init ones: ``load_gates``).
-TIME_GATES = ("latency", "shares", "share-limits", "speedup", "init-time", "max-init")
-
-
-def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:
-    """Some gate failed, and every failed one is time-based (worth one fresh measurement)."""
-    failed = [v.gate for v in verdicts if v.status is Status.FAIL]
-    return bool(failed) and all(gate.startswith(TIME_GATES) for gate in failed)
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """The verdicts of a case, and the measurement they judge (the confirming one, if taken)."""
-
-    measurement: Measurement
-    verdicts: tuple[Verdict, ...]
-    #: the first measurement's failure report, when a fresh measurement was taken to confirm it
-    remeasured_after: str | None = None
-
-
-#: ``remeasure()`` → a fresh measurement and how it was taken ("in a fresh measurement (…)").
-Remeasure = Callable[[], tuple[Measurement, str]]
-
-
-def judge_confirmed(
-    m: Measurement,
-    baseline: Baseline | None,
-    expectations: Expectations,
-    tolerances: Tolerances,
-    remeasure: Remeasure | None,
-    *,
-    judge_disturbed: bool = False,
-) -> Judgement:
-    """:func:`judge`, and where only time gates failed, a fresh measurement that decides.
-
-    Wall-clock time is the one input a busy machine moves for a while; operator structure,
-    kernels and parity are not re-measured away. The verdicts of the faster of the two
-    measurements stand, plus a ``confirmed`` verdict that says how it went and names the first
-    failure.
-    """
-    verdicts = judge(m, baseline, expectations, tolerances, judge_disturbed=judge_disturbed)
-    if remeasure is None or not only_time_gates_failed(verdicts):
-        return Judgement(m, verdicts)
-    first = failure_report(verdicts, strict=False) or ""
-    fresh, how = remeasure()
-    # Judged as the record was taken: on the faster of two measurements (plugin.sme2_judge), so a
-    # slow spell of one measurement is not read as a regression, and a regression shows in both.
-    fresh = fastest(m, fresh)
-    verdicts = judge(fresh, baseline, expectations, tolerances, judge_disturbed=judge_disturbed)
-    if failure_report(verdicts, strict=False):
-        confirmed = Verdict("confirmed", Status.FAIL, f"the failure persisted {how}")
-    else:
-        first_line = first.splitlines()[0]
-        confirmed = Verdict(
-            "confirmed", Status.PASS, f"passed {how}; the first had failed: {first_line}"
-        )
-    return Judgement(fresh, (*verdicts, confirmed), first)
-
-
-def _disturbed(m: Measurement, judge_disturbed: bool) -> str | None:
-    """Why ``m``'s time is neither judged nor recorded (:mod:`pytest_sme2.disturbance`), None
-    where it is."""
-    if judge_disturbed or m.disturbance is None:
-        return None
-    return m.disturbance.reason
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Everything the plugin acts on for one test: what to store, what to report, whether to
-    fail. Decided here so the plugin only carries it out."""
-
-    #: the measurement the verdicts judge (the confirming one, when one was taken)
-    measurement: Measurement
-    verdicts: tuple[Verdict, ...]
-    #: the baseline to write, None when there is nothing to write
-    baseline: Baseline | None
-    #: one line per change the write makes (``baseline.merge``)
-    changes: tuple[str, ...]
-    #: the text the test fails with, None when it passes
-    failure: str | None
-    #: the first measurement's failure report, when a fresh measurement was taken to confirm it
-    remeasured_after: str | None = None
-
-
-def decide(
-    m: Measurement,
-    stored: Baseline | None,
-    expectations: Expectations,
-    tolerances: Tolerances,
-    *,
-    path: Path,
-    update: bool,
-    strict: bool,
-    remeasure: Remeasure | None,
-    set_aside: str | None = None,
-    judge_disturbed: bool = False,
-) -> Decision:
-    """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
-
-    With no baseline, or with ``update`` (``--sme2-update-baselines``), the measurement is merged
-    into the stored one (``baseline.merge``: only what moved beyond tolerance changes) and judged
-    against the result; a missing baseline fails the test once, so that a reviewer commits it. A
-    baseline just written has nothing to confirm, so only otherwise is a failure of time gates
-    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too. ``set_aside`` is
-    the line saying where an invalid stored file went (``baseline.read``): the first change.
-    """
-    baseline, changes = stored, ()
-    if stored is None or update:
-        new = from_measurement(m, tolerances)
-        # a busy session never becomes the yardstick of quiet ones: the class's record stays
-        if disturbed := _disturbed(m, judge_disturbed):
-            new = replace(new, machines={})
-        baseline, changes = merge(stored, new, tolerances)
-        changes = (set_aside, *changes) if set_aside else changes
-        if disturbed:
-            changes = (*changes, f"[{m.device.class_id}] time record not written: {disturbed}")
-    judgement = judge_confirmed(
-        m,
-        baseline,
-        expectations,
-        tolerances,
-        None if changes else remeasure,
-        judge_disturbed=judge_disturbed,
-    )
-    failure = failure_report(judgement.verdicts, strict=strict)
-    if stored is None and not update:
-        failure = (
-            f"no baseline for {case_name(m)}: wrote {path}; review and commit it, then re-run "
-            "(or pass --sme2-update-baselines)" + (f"\n{failure}" if failure else "")
-        )
-    return Decision(
-        measurement=judgement.measurement,
-        verdicts=judgement.verdicts,
-        baseline=baseline if changes else None,
-        changes=changes,
-        failure=failure,
-        remeasured_after=judgement.remeasured_after,
-    )

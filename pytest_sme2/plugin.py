@@ -504,7 +504,7 @@ def sme2_judge(
     """
     from pytest_sme2.baseline import save
     from pytest_sme2.benchmark_interop import add_benchmarks
-    from pytest_sme2.gates import decide
+    from pytest_sme2.decision import decide
     from pytest_sme2.measure import settle_before_confirming
 
     def remeasure() -> tuple[Measurement, str]:

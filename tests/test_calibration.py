@@ -14,7 +14,8 @@ import pytest
 from pytest_sme2.baseline import LATENCY_STATISTIC, Tolerances, from_measurement, load, merge
 from pytest_sme2.calibration import calibrate, noise_percent, not_calibrated_reason
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import LATENCY_SENSITIVITY, Expectations, Status, judge
+from pytest_sme2.gates import Expectations, Status, judge
+from pytest_sme2.time_gates import LATENCY_SENSITIVITY
 from tests.measurements import EMULATOR, HOST, measurement
 from tests.test_plugin import make_suite, run
 

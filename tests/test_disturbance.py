@@ -20,6 +20,7 @@ import pytest
 
 from pytest_sme2.baseline import Tolerances, from_measurement
 from pytest_sme2.calibration import calibrate
+from pytest_sme2.decision import decide, failure_report
 from pytest_sme2.disturbance import (
     MAX_PREEMPTED_SHARE,
     Disturbance,
@@ -29,9 +30,10 @@ from pytest_sme2.disturbance import (
     series,
 )
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import DISTURBED, Expectations, Status, decide, failure_report, judge
+from pytest_sme2.gates import Expectations, Status, judge
 from pytest_sme2.measure import fastest
 from pytest_sme2.result import Measurement
+from pytest_sme2.time_gates import DISTURBED
 from tests.measurements import HOST, measurement
 from tests.test_plugin import make_suite, run
 

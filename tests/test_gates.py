@@ -8,17 +8,10 @@ import pytest
 
 from pytest_sme2.attribution import OperatorKernels
 from pytest_sme2.baseline import Baseline, Tolerances, from_measurement, merge
+from pytest_sme2.decision import decide, failure_report, only_time_gates_failed
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import (
-    RECORD_IT,
-    Expectations,
-    Status,
-    decide,
-    failure_report,
-    judge,
-    only_time_gates_failed,
-)
+from pytest_sme2.gates import RECORD_IT, Expectations, Status, judge
 from pytest_sme2.result import Measurement
 from tests.measurements import (
     HOST,
@@ -359,7 +352,8 @@ def test_shares_are_not_judged_where_time_means_nothing():
 
 
 def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
-    from pytest_sme2.gates import Verdict, only_time_gates_failed
+    from pytest_sme2.decision import only_time_gates_failed
+    from pytest_sme2.gates import Verdict
 
     def v(gate, status=Status.FAIL):
         return Verdict(gate, status, "")
@@ -374,7 +368,7 @@ def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
 
 
 def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
-    from pytest_sme2.gates import judge_confirmed
+    from pytest_sme2.decision import judge_confirmed
 
     base = from_measurement(measurement(HOST), TOL)
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
@@ -406,7 +400,7 @@ def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
 
 
 def test_structure_failures_and_just_written_baselines_are_not_re_measured():
-    from pytest_sme2.gates import judge_confirmed
+    from pytest_sme2.decision import judge_confirmed
 
     base = from_measurement(measurement(HOST), TOL)
     changed = measurement(HOST, off_ops=(*OFF_OPS, ("Transpose (ND, X32)", 1.0)))

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.baseline import Tolerances, from_measurement, load, merge, save, to_json
+from pytest_sme2.decision import only_time_gates_failed
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.gates import Expectations, Status, Verdict, judge, only_time_gates_failed
+from pytest_sme2.gates import Expectations, Status, Verdict, judge
 from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.markdown import case_report

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pytest_sme2.analysis import OTHER, Profile
 from pytest_sme2.categories import CATEGORIES
 from pytest_sme2.devices.base import Variant, describe_class
-from pytest_sme2.gates import LATENCY_SENSITIVITY, NO_TIME_RECORD, Status, Verdict
+from pytest_sme2.gates import Status, Verdict
 from pytest_sme2.kernels import BOTTLENECK_SHARE
 from pytest_sme2.numerics import DEGENERATE_ADVICE, NO_REFERENCE
 from pytest_sme2.ops import parse_op_name
 from pytest_sme2.result import Measurement
 from pytest_sme2.stats import LatencyStats
+from pytest_sme2.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
 
 
 @dataclass(frozen=True)
