@@ -35,11 +35,11 @@ processes (default 2), unpinned like the sessions, each exporting ExecuTorch pro
 another into a fresh export cache (torch.export, XNNPACK lowering, the numerics run: the work a CI
 runner shared with other jobs does), the baseline recorded under it too (its own baseline
 directory), as a team whose runner is always busy records and judges. Each session's line shows the
-runnable threads its measurement saw (from its record). A session whose time gates were not judged
-(the plugin's ``time gates not judged`` line) counts as not judged: on a busy machine a case is
-judged correctly or says it was not judged. ``--calibrate N`` runs ``--sme2-calibrate=N`` after the
-baseline session, so the series is judged at the calibrated tolerance and the table says what the
-calibration predicted.
+share of its measurement threads waited for a CPU (from its record). A session whose time gates were
+not judged (the plugin's ``time gates not judged`` line) counts as not judged: on a busy machine a
+case is judged correctly or says it was not judged. ``--calibrate N`` runs ``--sme2-calibrate=N``
+after the baseline session, so the series is judged at the calibrated tolerance and the table says
+what the calibration predicted.
 
 Prints one line per session (our verdict, whether it was re-measured and which gates failed; the
 run's ratios to the baseline: fastest run, median with its bootstrap 95 % CI, median relative to
@@ -175,8 +175,9 @@ class Session:
     stdout_tail: str
     #: the plugin said the time gates were not judged (a disturbed measurement, no time record)
     not_judged: str = ""
-    #: mean runnable threads while the judged case measured, as its record says (None: unknown)
-    runnable: float | None = None
+    #: percent of the judged case's measurement in which threads waited for a CPU, as its record
+    #: says (None: unknown)
+    waiting: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -222,7 +223,7 @@ class Session:
             },
             "measurements": self.measurements,
             "not_judged": self.not_judged,
-            "runnable": self.runnable,
+            "waiting_percent": self.waiting,
             "judged_measurement": self.judged,
             "samples_ms": model,
             "reference_samples_ms": reference,
@@ -359,7 +360,7 @@ def run_session(
     ]
     return Session(
         not_judged=skipped[0].split(": ", 1)[-1] if skipped else "",
-        runnable=load.get("runnable"),
+        waiting=load.get("waiting_percent"),
         width=width,
         exit_code=proc.returncode,
         seconds=seconds,
@@ -442,7 +443,7 @@ def _describe_run(row: dict[str, Any]) -> str:
     line = (
         f"rep {row['rep']:2} {row['cell']:9} w{row['width']}: ours {ours:19} {figures} | "
         f"{theirs} | {row['seconds']:.0f} s"
-        + (f", {row['runnable']:.1f} runnable" if row["runnable"] is not None else "")
+        + (f", waited {row['waiting_percent']:.0f}%" if row["waiting_percent"] is not None else "")
     )
     line += f"\n      not judged: {_short(row['not_judged'])}" if row["not_judged"] else ""
     return line + (f"\n      ours failed on: {gates}" if gates else "")

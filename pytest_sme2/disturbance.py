@@ -10,11 +10,11 @@ disturbed instead, from evidence it reads directly:
 
 * the runner counts each execution's involuntary context switches (``preemptions`` in its
   timings, on the executing thread): a run that lost the CPU to another runnable thread;
-* on a machine whose counters can be read, the mean number of runnable threads while measuring
-  (``/proc/stat``'s ``procs_running``, sampled) and the CPU time the hypervisor stole.
+* on a machine whose counters can be read, the share of the measurement in which some thread
+  waited for a CPU (Linux pressure stall information) and the CPU time the hypervisor stole.
 
 A neighbour that only shares the caches and memory bandwidth (a process on the other core)
-preempts nothing and leaves fewer runnable threads than cores: the reference workload beside the
+preempts nothing and makes no thread wait for a CPU: the reference workload beside the
 model handles it (``baseline.LatencyBaseline.change_from``), as ``benchmarks/gating_quality.py``
 measures. The thread CPU time the runner also reports is kept for that benchmark: it is not
 judged, because a preempted run's CPU time still carries the cold caches each switch leaves.
@@ -23,23 +23,28 @@ judged, because a preempted run's CPU time still carries the cold caches each sw
 from __future__ import annotations
 
 import os
-import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-#: The share of a series' runs that may lose the CPU before its times are not judged. Quiet, the
-#: runs of this project's measurements lost it in none of ~2,000 runs here; with a neighbour on
-#: the other core, in none; with 3+ runnable threads on 2 cores, in nearly all of a 5 ms model's.
+#: The share of a series' runs that may lose the CPU before its times are not judged. A few runs
+#: lose it on a quiet machine too (2 of 20 runs of a 23 ms model pinned to one CPU here: a
+#: kernel thread, the session's own); on a machine with more runnable threads than cores, nearly
+#: every run of a model over a few milliseconds does.
 MAX_PREEMPTED_SHARE = 0.25
 #: The CPU time the hypervisor may steal while measuring, in percent: stolen time is a preemption
 #: no context switch inside the guest shows.
 MAX_STEAL_PERCENT = 2.0
-#: How often the machine's runnable threads are sampled while measuring.
-SAMPLE_INTERVAL_S = 0.05
+#: The share of the measurement's wall time in which some thread may wait for a CPU (Linux
+#: pressure stall information) before the machine counts as oversubscribed. Quiet, or with a
+#: neighbour on the other core, it stays near 0 %; with more runnable threads than cores it is
+#: most of the time.
+MAX_WAITING_PERCENT = 10.0
 PROC_STAT = Path("/proc/stat")
+PROC_PRESSURE = Path("/proc/pressure/cpu")
 
 
 @dataclass(frozen=True)
@@ -61,28 +66,30 @@ class MachineLoad:
     """What the machine was doing while a measurement ran, where that can be read."""
 
     cores: int
-    #: mean threads runnable (running or waiting for a CPU), the measurement's own included;
-    #: None where the system does not say (then ``load_average`` may)
-    runnable: float | None = None
-    #: the 1-minute load average at the end (macOS, where nothing finer is readable)
+    #: percent of the measurement's wall time in which some runnable thread waited for a CPU
+    #: (Linux pressure stall information, ``/proc/pressure/cpu``); None where not available
+    waiting_percent: float | None = None
+    #: the 1-minute load average at the end (all a macOS offers without privileges)
     load_average: float | None = None
     #: CPU time stolen by the hypervisor, percent of the machine's time while measuring
     steal_percent: float | None = None
 
     def oversubscribed(self) -> bool:
-        """More threads wanted a CPU than there are CPUs: someone waited, ours or not."""
-        return self.runnable is not None and self.runnable > self.cores + 0.5
+        """Threads waited for a CPU for a noticeable share of the measurement: more wanted to
+        run than there were CPUs, ours or not."""
+        return self.waiting_percent is not None and self.waiting_percent > MAX_WAITING_PERCENT
 
     def describe(self) -> str:
-        if self.runnable is not None:
-            text = f"{self.runnable:.1f} runnable threads on {self.cores} cores"
-        elif self.load_average is not None:
-            text = f"load average {self.load_average:.1f} on {self.cores} cores"
-        else:
-            return "the machine's load unknown"
+        parts = []
+        if self.waiting_percent is not None:
+            parts.append(f"threads waited for a CPU {self.waiting_percent:.0f}% of the time")
+        if self.load_average is not None:
+            parts.append(f"load average {self.load_average:.1f} on {self.cores} cores")
         if self.steal_percent:
-            text += f", {self.steal_percent:.1f}% of CPU time stolen by the hypervisor"
-        return text + " during the measurement"
+            parts.append(f"{self.steal_percent:.1f}% of CPU time stolen by the hypervisor")
+        if not parts:
+            return "the machine's load unknown"
+        return ", ".join(parts) + " during the measurement"
 
 
 @dataclass(frozen=True)
@@ -97,9 +104,9 @@ class Disturbance:
         """Why the measurement's times cannot be judged (a sentence), None when they can.
 
         Time is refused when a series lost the CPU in more than :data:`MAX_PREEMPTED_SHARE` of
-        its runs, when more threads were runnable than there are cores, or when the hypervisor
-        stole more than :data:`MAX_STEAL_PERCENT` of the time: each makes the fastest run a
-        disturbed one, in the record and the session alike.
+        its runs, when threads waited for a CPU more than :data:`MAX_WAITING_PERCENT` of the
+        time, or when the hypervisor stole more than :data:`MAX_STEAL_PERCENT` of it: each makes
+        the fastest run a disturbed one, in the record and the session alike.
         """
         worst = max(self.series, key=lambda s: s.share, default=None)
         load = self.load
@@ -137,73 +144,60 @@ def series(what: str, preemptions: Sequence[int]) -> Series | None:
     return Series(what, len(preemptions), sum(1 for p in preemptions if p > 0))
 
 
-@dataclass(frozen=True)
-class _CpuCounters:
-    """One read of ``/proc/stat``: runnable threads now, stolen and total CPU jiffies so far."""
-
-    runnable: int
-    steal: int
-    total: int
-
-
-def _read_proc_stat(path: Path = PROC_STAT) -> _CpuCounters | None:
+def _cpu_waiting_us(path: Path = PROC_PRESSURE) -> int | None:
+    """Microseconds so far in which some runnable thread waited for a CPU (PSI ``some total``)."""
     try:
         text = path.read_text()
     except OSError:
         return None
-    running, cpu = None, None
     for line in text.splitlines():
-        if line.startswith("cpu "):
-            cpu = [int(v) for v in line.split()[1:]]
-        elif line.startswith("procs_running "):
-            running = int(line.split()[1])
-    if running is None or cpu is None:
+        if line.startswith("some "):
+            fields = dict(item.split("=", 1) for item in line.split()[1:])
+            return int(fields["total"]) if "total" in fields else None
+    return None
+
+
+def _cpu_jiffies(path: Path = PROC_STAT) -> tuple[int, int] | None:
+    """Stolen and total CPU jiffies so far, summed over the CPUs (``/proc/stat``)."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("cpu "):
+                # user nice system idle iowait irq softirq steal (guest time is inside user)
+                values = [int(v) for v in line.split()[1:9]]
+                return (values[7] if len(values) > 7 else 0), sum(values)
+    except (OSError, ValueError):
         return None
-    # user nice system idle iowait irq softirq steal (guest times are inside user already)
-    steal = cpu[7] if len(cpu) > 7 else 0
-    return _CpuCounters(runnable=running, steal=steal, total=sum(cpu[:8]))
+    return None
 
 
 @contextmanager
 def local_load() -> Iterator[list[MachineLoad]]:
-    """Sample this machine's load while the ``with`` body measures; the one-element list it
-    yields holds the :class:`MachineLoad` afterwards (empty where nothing can be read).
+    """This machine's load while the ``with`` body measures; the one-element list it yields
+    holds the :class:`MachineLoad` afterwards.
 
-    Linux (and WSL, a container): ``/proc/stat`` every :data:`SAMPLE_INTERVAL_S` on a thread
-    (a few microseconds a read; the thread itself is running at each read and is not counted).
-    macOS: the 1-minute load average at the end, the finest the system offers without privileges.
+    Read at the start and the end only, from cumulative counters: no thread wakes up in between.
+    A sampling thread did: pinned with the runner to one CPU (``taskset``, a one-CPU container),
+    its wake-ups every 50 ms took the CPU from 10 of 20 runs of a 23 ms model (2 of 20 without
+    it). Linux: pressure stall information (the share of time some thread waited for a CPU: the
+    direct measure of oversubscription) and ``/proc/stat``'s steal; everywhere: the load average.
     """
     cores = os.cpu_count() or 1
+    started = time.monotonic()
+    waiting, jiffies = _cpu_waiting_us(), _cpu_jiffies()
     found: list[MachineLoad] = []
-    first = _read_proc_stat()
-    if first is None:
-        yield found
-        if hasattr(os, "getloadavg"):
-            found.append(MachineLoad(cores=cores, load_average=os.getloadavg()[0]))
-        return
-    samples: list[int] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(SAMPLE_INTERVAL_S):
-            counters = _read_proc_stat()
-            if counters is not None:
-                samples.append(counters.runnable - 1)
-
-    sampler = threading.Thread(target=sample, name="sme2-load", daemon=True)
-    sampler.start()
-    try:
-        yield found
-    finally:
-        stop.set()
-        sampler.join()
-    last = _read_proc_stat() or first
-    samples.append(last.runnable - 1)  # a measurement shorter than one interval has this one
-    elapsed = last.total - first.total
+    yield found
+    elapsed_us = (time.monotonic() - started) * 1e6
+    waited, ended = _cpu_waiting_us(), _cpu_jiffies()
+    waiting_percent = steal_percent = None
+    if waiting is not None and waited is not None and elapsed_us > 0:
+        waiting_percent = round(min(100.0, 100 * (waited - waiting) / elapsed_us), 1)
+    if jiffies is not None and ended is not None and ended[1] > jiffies[1]:
+        steal_percent = round(100 * (ended[0] - jiffies[0]) / (ended[1] - jiffies[1]), 2)
     found.append(
         MachineLoad(
             cores=cores,
-            runnable=round(sum(samples) / len(samples), 2),
-            steal_percent=round(100 * (last.steal - first.steal) / elapsed, 2) if elapsed else None,
+            waiting_percent=waiting_percent,
+            load_average=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+            steal_percent=steal_percent,
         )
     )

@@ -43,7 +43,7 @@ TOL = Tolerances()
 QUIET = Disturbance((Series("sme2-off timing", 20, 0), Series("reference workload", 20, 0)))
 BUSY = Disturbance(
     (Series("sme2-off timing", 20, 17), Series("reference workload", 20, 1)),
-    MachineLoad(cores=2, runnable=3.4, steal_percent=0.0),
+    MachineLoad(cores=2, waiting_percent=64.0, load_average=3.4, steal_percent=0.0),
 )
 linux_only = pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads /proc/stat")
 
@@ -86,8 +86,8 @@ def test_runs_that_kept_the_cpu_are_undisturbed():
 
 def test_runs_that_lost_the_cpu_say_how_many_and_what_the_machine_did():
     assert BUSY.reason == (
-        "17 of 20 sme2-off timing runs lost the CPU to other work (3.4 runnable threads on 2 "
-        "cores during the measurement)"
+        "17 of 20 sme2-off timing runs lost the CPU to other work (threads waited for a CPU 64% "
+        "of the time, load average 3.4 on 2 cores during the measurement)"
     )
     unknown = Disturbance((Series("sme2-on traced", 10, 6),))
     assert unknown.reason == (
@@ -96,17 +96,18 @@ def test_runs_that_lost_the_cpu_say_how_many_and_what_the_machine_did():
 
 
 def test_an_oversubscribed_or_robbed_machine_is_disturbed_without_a_switch_seen():
-    crowded = Disturbance(QUIET.series, MachineLoad(cores=2, runnable=3.1))
-    assert crowded.reason == "3.1 runnable threads on 2 cores during the measurement"
-    robbed = Disturbance(QUIET.series, MachineLoad(cores=2, runnable=1.1, steal_percent=6.5))
+    crowded = Disturbance(QUIET.series, MachineLoad(cores=2, waiting_percent=31.0))
+    assert crowded.reason == "threads waited for a CPU 31% of the time during the measurement"
+    robbed = Disturbance(QUIET.series, MachineLoad(cores=2, waiting_percent=0.2, steal_percent=6.5))
     assert robbed.reason == (
-        "1.1 runnable threads on 2 cores, 6.5% of CPU time stolen by the hypervisor during the "
-        "measurement"
+        "threads waited for a CPU 0% of the time, 6.5% of CPU time stolen by the hypervisor "
+        "during the measurement"
     )
     # a neighbour on the other core is the reference workload's to cancel, not a disturbance
-    assert Disturbance(QUIET.series, MachineLoad(cores=2, runnable=2.2)).reason is None
+    assert Disturbance(QUIET.series, MachineLoad(cores=2, waiting_percent=0.4)).reason is None
     mac = MachineLoad(cores=10, load_average=2.4)
     assert mac.describe() == "load average 2.4 on 10 cores during the measurement"
+    assert Disturbance(QUIET.series, mac).reason is None  # a load average alone decides nothing
 
 
 def test_series_of_a_runner_that_reports_no_switches_is_none():
@@ -199,14 +200,15 @@ def test_a_calibration_leaves_the_disturbed_measurements_out(tmp_path: Path):
 # ---- on this machine -------------------------------------------------------------------------
 
 
-@linux_only
+@pytest.mark.skipif(not Path("/proc/pressure/cpu").is_file(), reason="reads Linux PSI")
 def test_the_machine_load_is_read_while_measuring():
     cores = os.cpu_count() or 1
     with spinners(cores + 2, seconds=5.0), local_load() as found:
         time.sleep(1.0)
     (load,) = found
     assert load.cores == cores
-    assert load.runnable is not None and load.runnable >= cores + 1
+    assert load.waiting_percent is not None and load.waiting_percent > 50
+    assert load.load_average is not None and load.steal_percent is not None
     assert load.oversubscribed()
     assert Disturbance((), load).reason == load.describe()
 
@@ -255,7 +257,7 @@ def test_a_session_on_an_oversubscribed_machine_passes_saying_time_was_not_judge
         update = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines", "-rA")
     busy.assert_outcomes(passed=1)
     busy.stdout.fnmatch_lines(
-        ["*time gates not judged for plug_a[[]fp32] on host: * runnable threads on * cores*"]
+        ["*time gates not judged for plug_a[[]fp32] on host: *threads waited for a CPU *% of the*"]
     )
     update.assert_outcomes(passed=1)
     stored = json.loads((pytester.path / "baselines" / "host" / "plug_a-fp32.json").read_text())
