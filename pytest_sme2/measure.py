@@ -25,7 +25,7 @@ from pytest_sme2.analysis import INSTRUCTIONS, profile
 from pytest_sme2.categories import Classifier
 from pytest_sme2.deadline import Deadline
 from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, Device, DeviceInfo, Sme2Evidence, Variant
-from pytest_sme2.disturbance import Disturbance, MachineLoad, local_load, series
+from pytest_sme2.disturbance import Disturbance, MachineLoad, Series, local_load, series
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.modelled_etdump import write_modelled_etdump
@@ -119,7 +119,7 @@ def measure(
         backends = delegate_backends(etrecord) if etrecord is not None else None
         timing: dict[Variant, list[RunResult]] = {v: [] for v in variants}
         reference_ms: list[float] = []
-        reference_preemptions: list[int] = []
+        reference_runs: list[RunResult] = []
         traced_runs: dict[Variant, RunResult] = {}
         if info.time_meaningful:
             traced_plan = RunPlan(
@@ -148,7 +148,7 @@ def measure(
                     with _naming(info, variants[-1], "reference workload", running=running):
                         ref = device.run(*reference, variants[-1], run_plan, ref_dir)
                     reference_ms.extend(ref.latencies_ms)
-                    reference_preemptions.extend(ref.preemptions)
+                    reference_runs.append(ref)
         else:
             # Emulated time means nothing, and each inference costs seconds: one traced run per
             # variant gives the operator names, structure and outputs, and the instruction counts
@@ -232,7 +232,7 @@ def measure(
         interleaved=len(variants) > 1,
         overrides=dict(classifier.overrides) if classifier is not None else {},
         tokens=tokens,
-        disturbance=_disturbance(timing, traced_runs, reference_preemptions, load)
+        disturbance=_disturbance(timing, traced_runs, reference_runs, load)
         if info.time_meaningful
         else None,
     )
@@ -252,20 +252,27 @@ def _machine_load(device: Device, info: DeviceInfo) -> Iterator[list[MachineLoad
 def _disturbance(
     timing: Mapping[Variant, Sequence[RunResult]],
     traced: Mapping[Variant, RunResult],
-    reference_preemptions: Sequence[int],
+    reference: Sequence[RunResult],
     load: Sequence[MachineLoad],
 ) -> Disturbance:
     """How much other work took the CPU from the measurement's timed runs (see
     :mod:`pytest_sme2.disturbance`): every variant's timing and traced runs, and the reference
     workload's."""
-    found = [
-        series(f"{variant} timing", [p for run in timing[variant] for p in run.preemptions])
-        for variant in timing
-    ]
-    found += [series(f"{variant} traced", run.preemptions) for variant, run in traced.items()]
-    found.append(series("reference workload", reference_preemptions))
+    found = [_series(f"{variant} timing", timing[variant]) for variant in timing]
+    found += [_series(f"{variant} traced", [run]) for variant, run in traced.items()]
+    found.append(_series("reference workload", reference))
     return Disturbance(
         series=tuple(s for s in found if s is not None), load=load[0] if load else None
+    )
+
+
+def _series(what: str, runs: Sequence[RunResult]) -> Series | None:
+    """The :class:`pytest_sme2.disturbance.Series` of ``runs``' measured executions."""
+    return series(
+        what,
+        [p for run in runs for p in run.preemptions],
+        [ms for run in runs for ms in run.latencies_ms],
+        [ms for run in runs for ms in run.cpu_ms],
     )
 
 

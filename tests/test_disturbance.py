@@ -27,6 +27,7 @@ from pytest_sme2.disturbance import (
     MachineLoad,
     Series,
     local_load,
+    lost_cpu,
     series,
 )
 from pytest_sme2.errors import ConfigError
@@ -110,9 +111,16 @@ def test_an_oversubscribed_or_robbed_machine_is_disturbed_without_a_switch_seen(
     assert Disturbance(QUIET.series, mac).reason is None  # a load average alone decides nothing
 
 
-def test_series_of_a_runner_that_reports_no_switches_is_none():
-    assert series("sme2-on timing", ()) is None
-    assert series("sme2-on timing", (0, 2, 0, 1)) == Series("sme2-on timing", 4, 2)
+def test_a_run_lost_the_cpu_when_switched_out_for_more_than_a_blip():
+    assert series("sme2-on timing", (), (), ()) is None
+    wall = (7.0, 7.0, 7.0, 9.5, 0.9, 7.0)
+    cpu = (7.0, 6.99, 6.9, 7.0, 0.81, 7.0)
+    # switched out for 10 µs (a kernel thread), 0.1 ms, 2.5 ms (a time slice), 90 µs of a 0.9 ms
+    # run (under the 0.2 ms floor); and never
+    found = series("sme2-on timing", (0, 1, 2, 1, 1, 0), wall, cpu)
+    assert found == Series("sme2-on timing", 6, 1)
+    assert lost_cpu(1, 7.0, None)  # without CPU time, a switch is a loss
+    assert not lost_cpu(0, 9.5, 7.0)  # slow without a switch: the caches' or the code's
 
 
 def test_the_disturbance_survives_the_saved_record(tmp_path: Path):
