@@ -255,7 +255,7 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
     forking = "fork" in multiprocessing.get_all_start_methods()
     if processes > 1 and len(_PENDING) > 1 and forking:
         context = multiprocessing.get_context("fork")
-        with context.Pool(min(processes, len(_PENDING))) as pool:
+        with context.Pool(min(processes, len(_PENDING)), initializer=_one_thread) as pool:
             failed = pool.map(_export_pending, range(len(_PENDING)), chunksize=1)
         for (spec, dtype), failure in zip(_PENDING, failed, strict=True):
             if failure is not None:  # remembered here, as if this process had failed it
@@ -270,6 +270,20 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
 
 _PENDING: list[tuple[ModelSpec, str]] = []
 """The pairs :func:`prefetch` hands its forked processes, by index: nothing to pickle."""
+
+
+def _one_thread() -> None:
+    """In a forked process, before anything else: torch on one thread.
+
+    GNU OpenMP is not fork-safe: once the session has run a parallel torch op (building and
+    tracing models for their keys does), a forked child's first parallel op waits for a thread
+    team that was not forked with it, for ever (seen: torch.export's ``clone_input`` stuck in a
+    futex). On one thread torch never enters the team; with a process per core, one thread each
+    is what the cores take anyway.
+    """
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def _export_pending(index: int) -> tuple[str, str, str, str] | None:

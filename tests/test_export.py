@@ -572,6 +572,48 @@ def _eight(seed: int, width: int = 8) -> tuple[object, ...]:
     return _one_input(seed)
 
 
+AFTER_PARALLEL_TORCH = """
+import sys
+import torch
+
+sys.path.insert(0, {repo!r})
+from pytest_sme2.export import prefetch
+from pytest_sme2.models import ModelSpec
+
+
+def linear(width=8):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU()).eval()
+
+
+def inputs(seed, width=8):
+    return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+x = torch.randn(2000, 2000)
+for _ in range(3):  # the session's own parallel torch work: GNU OpenMP's thread team exists
+    x.clone() @ x
+specs = [
+    ModelSpec(f"forked_{{w}}", linear, inputs, "", ("fp32",), (("width", w),)) for w in (8, 16)
+]
+prefetch([(spec, "fp32") for spec in specs], processes=2)
+print("exported")
+"""
+
+
+def test_prefetch_forks_safely_after_the_session_ran_parallel_torch(tmp_path: Path) -> None:
+    """A forked export after parallel torch work in the session finishes (it hung for ever in a
+    futex before the forked processes were put on one thread: GNU OpenMP is not fork-safe)."""
+    script = tmp_path / "after_parallel_torch.py"
+    script.write_text(AFTER_PARALLEL_TORCH.format(repo=str(Path(__file__).parents[1])))
+    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("exported")
+
+
 def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
