@@ -125,6 +125,17 @@ def test_a_run_lost_the_cpu_when_switched_out_for_more_than_a_blip():
     assert not lost_cpu(0, 9.5, 7.0)  # slow without a switch: the caches' or the code's
 
 
+@pytest.mark.parametrize(("lost", "judged"), [(4, True), (6, False)])
+def test_a_neighbour_that_starts_mid_measurement_refuses_it_once_it_took_a_quarter(lost, judged):
+    """The last ``lost`` of 20 runs each lose a 3 ms slice to a neighbour that started late: the
+    early runs stay undisturbed (and the fastest run is one of them) until over a quarter lost."""
+    wall = [7.0] * (20 - lost) + [10.0] * lost
+    cpu = [7.0] * 20
+    preempted = [0] * (20 - lost) + [2] * lost
+    timing = series("sme2-off timing", preempted, wall, cpu)
+    assert (Disturbance((timing,)).reason is None) is judged
+
+
 def test_the_disturbance_survives_the_saved_record(tmp_path: Path):
     m = replace_disturbance(measurement(HOST), BUSY)
     again = Measurement.from_json(json.loads(json.dumps(m.to_json(tmp_path))), tmp_path)
