@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,8 +207,9 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
     assert said == []
     steps = _steps(summary)
     assert steps, summary
-    # every step is at commit 4, none reverted yet; the instructions moved by about 6 %
-    assert all(f" at {short[3]} " in s or s.endswith(f" at {short[3]}") for s in steps), steps
+    # every step is at commit 4, none reverted yet; the instructions moved by about 6 % (and the
+    # planned memory with them: the model's activations grew)
+    assert all(re.search(rf" at {short[3]}\b", s) for s in steps), steps
     on = next(s for s in steps if "instructions (sme2-on)" in s)
     percent = float(on.split("instructions (sme2-on) ")[1].split(" %")[0])
     assert 3 < percent < 9, on
@@ -220,8 +222,8 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
         print(summary)
     assert said == []
     steps = _steps(summary)
-    assert all(f" at {short[3]} " in s for s in steps), steps
-    assert all(s.endswith(f"reverted at {short[5]}") for s in steps if "instructions" in s), steps
+    assert all(re.search(rf" at {short[3]}\b", s) for s in steps), steps
+    assert all(s.endswith(f"reverted at {short[5]}") for s in steps), steps
 
     # a shallow clone knows only the last commit: one line says so, and the page is still made,
     # its commits placed by their commit time
