@@ -5,6 +5,7 @@ ratio, the executed SME2 kernels), and equal the report of the same session run 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,20 @@ def test_the_xdist_session_report_on_qemu_equals_the_serial_one(
     )
     serial = pytester.runpytest_subprocess(*args, "--sme2-artifacts=serial")
     xdist = pytester.runpytest_subprocess(*args, "-n", "2", "--sme2-artifacts=xdist")
-    assert serial.parseoutcomes() == xdist.parseoutcomes()
+    # the outcomes, not the warning counts: each xdist worker warns once per import of its own
+    # (ExecuTorch's ETDump serialiser, imported where an emulated ETDump is re-timed)
+    outcomes = [
+        {k: v for k, v in run.parseoutcomes().items() if k != "warnings"} for run in (serial, xdist)
+    ]
+    assert outcomes[0] == outcomes[1]
     text = (pytester.path / "serial" / "report.md").read_text()
-    # every path in it is relative to the report, and nothing in it is a time
-    assert (pytester.path / "xdist" / "report.md").read_text() == text
+    # every path in it is relative to the report, and nothing in it is a time; a method init's
+    # instructions move a few hundredths of a percent between runner processes (since the counted
+    # run is the traced one: paths of other lengths in the runner's heap), so the
+    # "a → b instructions (p%)" of a comparison with the baseline is compared without its figures
+    assert _init_figures_masked((pytester.path / "xdist" / "report.md").read_text()) == (
+        _init_figures_masked(text)
+    )
     manifests = sorted((pytester.path / "xdist").rglob(MANIFEST_NAME))
     assert len(manifests) == 2
     for manifest in manifests:
@@ -63,3 +74,7 @@ def test_the_xdist_session_report_on_qemu_equals_the_serial_one(
         assert on.evidence is not None and on.evidence.sme2_kernels
         assert all(kernel in text for kernel in on.evidence.sme2_kernels)
     assert "n/a (" not in text
+
+
+def _init_figures_masked(report: str) -> str:
+    return re.sub(r"[\d,]+ → [\d,]+ instructions \([-+]?[\d.]+%\)", "… instructions", report)

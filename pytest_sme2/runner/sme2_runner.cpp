@@ -201,20 +201,12 @@ void write_atomic(const std::string& path, const void* data, size_t size) {
   }
 }
 
-// One read of the whole file, not a byte at a time through istreambuf_iterator: under
-// qemu-sme2's exec log every instruction before the first execution is logged too, and reading
-// toy_cnn's 197 KB of inputs a byte at a time cost 3.1 M instructions, half an inference's.
 std::vector<uint8_t> read_file(const std::string& path, const std::string& role) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     fail("cannot open " + role + " " + path + ": " + std::strerror(errno));
   }
-  std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()))) {
-    fail("cannot read " + role + " " + path + ": " + std::strerror(errno));
-  }
-  return bytes;
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
 // ---- tensor file ------------------------------------------------------------------------------
