@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from pytest_sme2 import progress
 from pytest_sme2.devices import provision
+from pytest_sme2.devices.guest_root import CPU_VIEW
 from pytest_sme2.devices.provision import (
     HWCAP2_SME,
     HWCAP2_SME2,
@@ -182,6 +184,30 @@ def _run(
     trace = read_etdump(result.etdump)
     names = sorted({event.name for run in trace.runs for event in run.events if event.delegated})
     return names, read_tensors(result.outputs)
+
+
+def test_the_guest_reads_its_cpus_from_the_fixed_view_not_the_host(
+    toolchain: QemuToolchain, aarch64_runner: Path, tmp_path: Path
+) -> None:
+    """Every file of ``/sys/devices/system/cpu`` the runner opens (cpuinfo sizes its tables by
+    them, and so the runner's heap) is served from the guest root's view: none of the host's
+    leaks into an instruction count. qemu's ``-strace`` lists what the guest opened."""
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    prefix = [*qemu_command(toolchain, sme2=True), "-strace"]
+    result = run_runner(
+        aarch64_runner,
+        artifact.pte,
+        tmp_path,
+        RunPlan(runs=1, warmup=0),
+        inputs=artifact.inputs,
+        prefix=prefix,
+        isolated=True,
+        default_timeout_s=900,
+    )
+    opened = set(re.findall(r'openat\(AT_FDCWD,"(/sys/devices/system/cpu/[^"]+)"', result.log))
+    assert {"/sys/devices/system/cpu/possible", "/sys/devices/system/cpu/kernel_max"} <= opened
+    assert {path for path in opened if not (toolchain.sysroot / path[1:]).is_file()} == set()
+    assert set(CPU_VIEW) >= {path[1:] for path in opened}
 
 
 def test_fp32_gemms_are_packed_with_sme2_and_plain_when_hidden(

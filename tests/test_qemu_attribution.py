@@ -37,15 +37,20 @@ def _per_operator(trace) -> dict[str, int]:
 
 
 def test_two_unchanged_runs_count_the_same_per_operator(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    qemu_device: QemuSme2Device, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """To the instruction, init included, though the second run's directory name and the
+    caller's environment are longer: both used to move libc's work in the runner by 10–200
+    instructions (paths on its heap, the environment on its stack)."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    first, second = (
-        qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / name)
-        for name in ("first", "second")
+    first = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "a")
+    monkeypatch.setenv("SME2_TEST_PADDING", "x" * 77)
+    second = qemu_device.evidence(
+        artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / ("a-much-longer-directory" * 3)
     )
     assert first.instruction_trace is not None and second.instruction_trace is not None
     assert first.instructions == second.instructions
+    assert first.init_instructions == second.init_instructions
     counts = _per_operator(first.instruction_trace)
     assert counts == _per_operator(second.instruction_trace)
     assert len(counts) >= 8 and all(count > 0 for count in counts.values())

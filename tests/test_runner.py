@@ -292,6 +292,61 @@ def test_prefix_and_env_wrap_the_command(
         )
 
 
+def test_an_isolated_run_sees_only_its_files_and_environment(
+    runner: Path, programs: dict[str, Program], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What makes instruction counts repeat between directories (qemu-sme2 runs isolated): the
+    runner is started in its run directory with fixed file names and only the given variables,
+    and the links it was given are gone afterwards."""
+    program = programs["fp32"]
+    monkeypatch.setenv("SME2_CALLER_ONLY", "1")
+    wrapper = (
+        "sh",
+        "-c",
+        'test -z "$SME2_CALLER_ONLY" && test "$SME2_PROBE" = yes && test "$(pwd -P)" = "$1" '
+        '&& shift && exec "$@"',
+        "sh",
+        str(tmp_path.resolve()),
+    )
+    result = run_runner(
+        runner,
+        program.pte,
+        tmp_path,
+        RunPlan(runs=1),
+        inputs=program.inputs,
+        prefix=wrapper,
+        env={"SME2_PROBE": "yes"},
+        isolated=True,
+    )
+    assert result.command[len(wrapper) :][:3] == ("./sme2_runner", "--model_path", "model.pte")
+    assert read_tensors(result.outputs)[0].shape == program.eager[0].shape
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "outputs.tensors",
+        "runner.log",
+        "timings.json",
+    ]
+
+
+def test_an_isolated_failure_names_the_real_file(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    model = tmp_path / "notes.pte"
+    model.write_text("these are not the weights you are looking for\n")
+    with pytest.raises(RunnerError) as failure:
+        run_runner(
+            runner,
+            model,
+            tmp_path / "run",
+            RunPlan(runs=1),
+            inputs=programs["fp32"].inputs,
+            isolated=True,
+        )
+    said = str(failure.value)
+    assert f"model {model.resolve()} is not an ExecuTorch program" in said
+    assert f"ln -sf {model.resolve()} model.pte" in said  # the command reproduces the run
+    assert not (tmp_path / "run" / "model.pte").exists()
+
+
 def test_not_a_program(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     model = tmp_path / "notes.pte"
     model.write_text("these are not the weights you are looking for\n")

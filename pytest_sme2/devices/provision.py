@@ -40,6 +40,7 @@ from filelock import FileLock
 
 from pytest_sme2 import progress
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
+from pytest_sme2.devices.guest_root import guest_root
 from pytest_sme2.devices.qemu_log import QEMU_LOG_FLAGS
 from pytest_sme2.errors import ConfigError, RunnerError, Sme2Error
 from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, run_step
@@ -90,7 +91,8 @@ class QemuToolchain:
     ``executorch_dir`` is the unpacked aarch64 wheel's ``executorch`` directory (pass it to
     ``build_runner(target="aarch64", executorch_dir=...)``); ``shim`` the guest-side
     ``hide_sme.so``; ``hwcap_probe`` a guest program printing ``AT_HWCAP AT_HWCAP2`` in hex;
-    ``cc``/``cxx`` the aarch64 cross compilers.
+    ``cc``/``cxx`` the aarch64 cross compilers; ``sysroot`` the guest's root (``-L``): the
+    cross libraries and a fixed CPU view (:mod:`pytest_sme2.devices.guest_root`).
     """
 
     qemu: Path
@@ -153,7 +155,7 @@ def provision_qemu(
     return QemuToolchain(
         qemu=qemu_path,
         qemu_version=version,
-        sysroot=SYSROOT,
+        sysroot=guest_root(SYSROOT),
         executorch_dir=executorch_dir,
         shim=shim,
         hwcap_probe=probe,

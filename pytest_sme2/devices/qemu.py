@@ -192,6 +192,7 @@ class QemuSme2Device(Device):
             inputs=inputs,
             prefix=prefix,
             default_timeout_s=EMULATED_TIMEOUT_S,
+            isolated=True,
         )
 
     def evidence(
@@ -261,7 +262,7 @@ class QemuSme2Device(Device):
         """
         toolchain, binary = self._prepared()
         workdir.mkdir(parents=True, exist_ok=True)
-        fifo = workdir / "qemu-exec-log.fifo"
+        fifo = workdir.resolve() / "qemu-exec-log.fifo"  # qemu opens it in the run's directory
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo)
         libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
@@ -277,6 +278,7 @@ class QemuSme2Device(Device):
                     inputs=inputs,
                     prefix=self._prefix(variant, exec_log=fifo),
                     default_timeout_s=EMULATED_TIMEOUT_S,
+                    isolated=True,
                 ),
             )
         finally:

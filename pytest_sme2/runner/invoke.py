@@ -17,7 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,31 +153,123 @@ def run_runner(
     prefix: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     default_timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolated: bool = False,
 ) -> RunResult:
     """Run ``model`` under ``plan``; RunnerError (stderr tail + command) if anything fails.
 
     ``prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
     ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``). The deadline
     is ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
+
+    ``isolated`` runs the runner in ``workdir`` under fixed names (:data:`STAGED_BINARY` and the
+    model and inputs linked in) with ``env`` as its whole environment. Why: the runner's heap
+    holds its paths, and the process's stack its environment, so their lengths move what libc's
+    allocator and string functions execute: by 10–200 instructions of an inference or a method
+    init between two run directories. A device that counts instructions runs isolated, so
+    the same program counts the same in any directory, checkout, session or pytest test.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
-    command = (
+    if isolated:
+        staged = {STAGED_BINARY: binary, STAGED_MODEL: model}
+        if inputs is not None:
+            staged[STAGED_INPUTS] = inputs
+        with _linked(workdir, staged):
+            command = runner_command(
+                STAGED_BINARY,
+                STAGED_MODEL,
+                Path(),
+                plan,
+                inputs=STAGED_INPUTS if inputs is not None else None,
+                want_outputs=want_outputs,
+            )
+            command[0] = f"./{STAGED_BINARY}"  # a name alone would be looked up on PATH
+            return _run_in(
+                workdir,
+                plan,
+                [*prefix, *command],
+                env=dict(env or {}),
+                staged=staged,
+                want_outputs=want_outputs,
+                default_timeout_s=default_timeout_s,
+            )
+    command = [
         *prefix,
         *runner_command(binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs),
+    ]
+    return _run_in(
+        workdir,
+        plan,
+        command,
+        env={**os.environ, **env} if env else None,
+        staged=None,
+        want_outputs=want_outputs,
+        default_timeout_s=default_timeout_s,
     )
+
+
+#: the names an isolated run gives its binary, model and inputs in its run directory
+STAGED_BINARY, STAGED_MODEL, STAGED_INPUTS = (
+    Path("sme2_runner"),
+    Path("model.pte"),
+    Path("inputs.tensors"),
+)
+
+
+@contextlib.contextmanager
+def _linked(workdir: Path, staged: Mapping[Path, Path]) -> Iterator[None]:
+    """Symbolic links ``workdir / name`` to each target of ``staged`` while the block runs,
+    removed after it: a run directory keeps what the run wrote, not links into caches that may
+    be pruned."""
+    links = [(workdir / name, target.resolve()) for name, target in staged.items()]
+    try:
+        for link, target in links:
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+        yield
+    finally:
+        for link, _ in links:
+            link.unlink(missing_ok=True)
+
+
+def _run_in(
+    workdir: Path,
+    plan: RunPlan,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    staged: Mapping[Path, Path] | None,
+    want_outputs: bool,
+    default_timeout_s: float,
+) -> RunResult:
+    """Run the full ``command`` (in ``workdir`` with the ``staged`` links when isolated) and
+    collect what it wrote; a failure names the real files, not the links."""
     shown = shlex.join(command)
+    real = staged or {}
+    cwd = workdir.resolve() if staged is not None else None
+    if cwd is not None:  # what reproduces the isolated run in a shell
+        variables = [f"{name}={value}" for name, value in (env or {}).items()]
+        links = [f"ln -sf {shlex.quote(str(t.resolve()))} {name} && " for name, t in real.items()]
+        shown = f"cd {shlex.quote(str(cwd))} && {''.join(links)}env -i " + shlex.join(
+            [*variables, *command]
+        )
+
+    def said(text: str) -> str:
+        tail = runner_tail(text)
+        for name, target in real.items():
+            tail = re.sub(rf"(?<![\w/.]){re.escape(str(name))}\b", str(target), tail)
+        return tail
+
     deadline = plan.timeout_s or default_timeout_s
     try:
-        proc = run_process(command, timeout_s=deadline, env={**os.environ, **env} if env else None)
+        proc = run_process(command, timeout_s=deadline, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as err:
-        said = runner_tail(err.stderr or "")
         saved = save_log(workdir, f"{err.stdout or ''}{err.stderr or ''}")
         raise RunnerError(
             f"the runner did not finish within its {deadline:g} s deadline (--sme2-timeout): "
-            f"killed it and its process group; last output: {said}; full log: {saved}; "
-            f"command: {shown}"
+            f"killed it and its process group; last output: {said(err.stderr or '')}; "
+            f"full log: {saved}; command: {shown}"
         ) from None
     except OSError as err:
         raise RunnerError(f"cannot start the runner ({err.strerror}); command: {shown}") from err
@@ -185,10 +277,9 @@ def run_runner(
     saved = save_log(workdir, log)
     if proc.returncode != 0:
         raise RunnerError(
-            f"runner {exit_reason(proc.returncode)}: {runner_tail(proc.stderr)}; "
+            f"runner {exit_reason(proc.returncode)}: {said(proc.stderr)}; "
             f"full log: {saved}; command: {shown}"
         )
-
     return collect_result(workdir, plan, log, command, want_outputs=want_outputs)
 
 
