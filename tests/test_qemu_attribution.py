@@ -9,6 +9,9 @@ the example models measure, and a model doing a little more work fails, naming w
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,6 +57,55 @@ def test_two_unchanged_runs_count_the_same_per_operator(
     counts = _per_operator(first.instruction_trace)
     assert counts == _per_operator(second.instruction_trace)
     assert len(counts) >= 8 and all(count > 0 for count in counts.values())
+
+
+def _can_simulate_another_host() -> bool:
+    """A private mount namespace (root, ``unshare``) lets a test show the guest another host's
+    ``/sys/devices/system/cpu``."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+#: Inside a private mount namespace: the host's CPU files replaced by those of an 8-CPU machine
+#: whose kernel takes 8192 CPUs (a typical distribution kernel), then the command.
+_EIGHT_CPU_HOST = (
+    'for f in online possible present; do mount --bind "$0" /sys/devices/system/cpu/$f || exit 90; '
+    'done; mount --bind "$1" /sys/devices/system/cpu/kernel_max || exit 90; '
+    'test "$(cat /sys/devices/system/cpu/online)" = 0-7 || exit 91; shift; exec "$@"'
+)
+
+
+@pytest.mark.skipif(
+    not _can_simulate_another_host(), reason="needs root and unshare to simulate another host"
+)
+def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
+    qemu_device: QemuSme2Device, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guest's CPUs are a fixed view (``devices/guest_root.py``): on a host of 8 CPUs (and
+    qemu's /proc/cpuinfo of 8 entries) init and inference count what they count on this one.
+    Without the view, init moved by 500 instructions and the inference by 10."""
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    here = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "here")
+    online, kernel_max = tmp_path / "online", tmp_path / "kernel_max"
+    online.write_text("0-7\n")
+    kernel_max.write_text("8191\n")
+    prefix = qemu_device._prefix
+    monkeypatch.setattr(
+        qemu_device,
+        "_prefix",
+        lambda variant, exec_log=None: [
+            *("unshare", "-m", "sh", "-c", _EIGHT_CPU_HOST, str(online), str(kernel_max)),
+            *prefix(variant, exec_log),
+        ],
+    )
+    there = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "there")
+    assert (there.instructions, there.init_instructions) == (
+        here.instructions,
+        here.init_instructions,
+    )
+    assert there.instruction_trace is not None and here.instruction_trace is not None
+    assert _per_operator(there.instruction_trace) == _per_operator(here.instruction_trace)
 
 
 def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
