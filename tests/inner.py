@@ -1,7 +1,8 @@
 """Small inner sessions for pytester: a tiny model registered under names of the test's choosing.
 
-A fault is aimed at one case by its model's name: the program's path holds ``NAME_xnnpack``, so a
-wrapper (a user's qemu, a runner's disk) can single it out while the other cases run for real.
+A fault is aimed at one case by its model's name: the program's path holds ``NAME_xnnpack`` (an
+isolated run's ``model.pte`` links to it), so a wrapper (a user's qemu, a runner's disk) can single
+it out while the other cases run for real.
 """
 
 from __future__ import annotations

@@ -69,7 +69,9 @@ def hanging_qemu(tmp_path: Path, qemu_device, marker: str) -> Path:
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         "#!/bin/sh\n"
-        f'case "$*" in *hangs_xnnpack*) exec sleep {marker};; esac\n'
+        # runs are isolated: the run directory's model.pte links to the program
+        f'case "$(readlink -f model.pte 2>/dev/null)" in *hangs_xnnpack*) exec sleep {marker};; '
+        "esac\n"
         f'exec {qemu_device._prepared()[0].qemu} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -131,11 +133,11 @@ REAL = {real!r}
 args = sys.argv[1:]
 
 
-def path(flag):
-    return Path(args[args.index(flag) + 1])
+def path(flag):  # runs are isolated: names relative to the run directory, links resolved
+    return Path(args[args.index(flag) + 1]).resolve()
 
 
-model = args[args.index("--model_path") + 1] if "--model_path" in args else ""
+model = str(path("--model_path")) if "--model_path" in args else ""
 fault = next((f for f in {faults!r} if f + "_xnnpack" in model), None)
 counted = "--etdump_path" in args and path("--etdump_path").parent.name.endswith("-counted")
 if fault is None or not counted:
@@ -166,7 +168,7 @@ elif fault == "shape":
 
 #: What each fault's one line says after "qemu-sme2 (sme2-on): ".
 FAULT_SENTENCES = {
-    "killed": r"runner killed by SIGSEGV: .*; command: \S*qemu-aarch64 .*",
+    "killed": r"runner killed by SIGSEGV: .*; command: cd \S+ && .* env -i \S*qemu-aarch64 .*",
     "truncated": r"\S+/\.sme2-runs/sme2-on-counted/run\.etdp: .*",
     "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
     "bad_timings": r"\S+/timings\.json: runner timings unreadable \(.*",
