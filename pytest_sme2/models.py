@@ -63,8 +63,21 @@ class ModelSpec:
     expect: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
 
     def build(self) -> Any:
-        """The model (``torch.nn.Module``), built with this spec's params."""
-        return self.factory(**dict(self.params))
+        """The model (``torch.nn.Module``), built with this spec's params, on one torch thread.
+
+        Why one: a factory that computes while building (BatchNorm statistics from a forward
+        pass) sums in another order on more threads, so its weights, and the program's cache key
+        with them, depended on the process's thread count: an export forked onto one thread
+        keyed mobilenet_v3_small apart from the session, and the session exported it twice.
+        """
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self.factory(**dict(self.params))
+        finally:
+            torch.set_num_threads(threads)
 
     def example_inputs(self, seed: int) -> tuple[Any, ...]:
         """Seeded inputs for the model, made with this spec's params."""

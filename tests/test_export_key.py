@@ -468,3 +468,24 @@ def test_a_change_outside_the_registering_file_fails_the_next_run(
     changed = pytester.runpytest_subprocess(*FAST)
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines(expected)
+
+
+def test_a_model_that_computes_while_building_keys_the_same_on_any_thread_count() -> None:
+    """mobilenet_v3_small sets its BatchNorm statistics with a forward pass while it is built;
+    on two torch threads the sums ran in another order than in a forked export on one, and the
+    two keyed the same program apart (the session exported it twice)."""
+    import torch
+
+    import models  # noqa: F401  (registers the examples)
+    from pytest_sme2.models import get_model
+    from pytest_sme2.program_key import _hash_program
+
+    spec = get_model("mobilenet_v3_small")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        on_two = _hash_program(spec)
+        torch.set_num_threads(1)
+        assert _hash_program(spec) == on_two
+    finally:
+        torch.set_num_threads(threads)
