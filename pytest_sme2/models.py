@@ -17,8 +17,9 @@ must load where torch is not installed (analysing and judging traces need none).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -70,14 +71,8 @@ class ModelSpec:
         with them, depended on the process's thread count: an export forked onto one thread
         keyed mobilenet_v3_small apart from the session, and the session exported it twice.
         """
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with one_torch_thread():
             return self.factory(**dict(self.params))
-        finally:
-            torch.set_num_threads(threads)
 
     def example_inputs(self, seed: int) -> tuple[Any, ...]:
         """Seeded inputs for the model, made with this spec's params."""
@@ -180,3 +175,17 @@ def get_model(name: str) -> ModelSpec:
 def registered_models() -> tuple[ModelSpec, ...]:
     """All registered models, in registration order."""
     return tuple(_REGISTRY.values())
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread inside the block, as many as before after it (see
+    :meth:`ModelSpec.build`: what a factory computes must not depend on the thread count)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

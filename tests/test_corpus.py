@@ -119,12 +119,8 @@ def test_emulated_efficientnet_pools_as_the_library_does(monkeypatch: pytest.Mon
 
     (spec,) = (s for s in corpus_specs() if s.name == "hf_efficientnet")
     emulated = spec.for_emulation().build()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # built as a spec builds (its BatchNorm calibration sums alike)
-    try:
+    with models.one_torch_thread():  # built as a spec builds (BatchNorm calibration sums alike)
         library = hf_efficientnet(64)
-    finally:
-        torch.set_num_threads(threads)
     pixels = image_inputs(0, 64)
     with torch.no_grad():
         assert torch.equal(emulated(*pixels), library(*pixels))

@@ -171,42 +171,36 @@ def run_runner(
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
+    staged: dict[Path, Path] | None = None
     if isolated:
         staged = {STAGED_BINARY: binary, STAGED_MODEL: model}
         if inputs is not None:
             staged[STAGED_INPUTS] = inputs
-        with _linked(workdir, staged):
-            command = runner_command(
-                STAGED_BINARY,
-                STAGED_MODEL,
-                Path(),
-                plan,
-                inputs=STAGED_INPUTS if inputs is not None else None,
-                want_outputs=want_outputs,
-            )
-            command[0] = f"./{STAGED_BINARY}"  # a name alone would be looked up on PATH
-            return _run_in(
-                workdir,
-                plan,
-                [*prefix, *command],
-                env=dict(env or {}),
-                staged=staged,
-                want_outputs=want_outputs,
-                default_timeout_s=default_timeout_s,
-            )
-    command = [
-        *prefix,
-        *runner_command(binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs),
-    ]
-    return _run_in(
-        workdir,
-        plan,
-        command,
-        env={**os.environ, **env} if env else None,
-        staged=None,
-        want_outputs=want_outputs,
-        default_timeout_s=default_timeout_s,
-    )
+        command = runner_command(
+            STAGED_BINARY,
+            STAGED_MODEL,
+            Path(),
+            plan,
+            inputs=STAGED_INPUTS if inputs is not None else None,
+            want_outputs=want_outputs,
+        )
+        command[0] = f"./{STAGED_BINARY}"  # a name alone would be looked up on PATH
+        environment = dict(env or {})
+    else:
+        command = runner_command(
+            binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs
+        )
+        environment = {**os.environ, **env} if env else None
+    with _linked(workdir, staged or {}):
+        return _run_in(
+            workdir,
+            plan,
+            [*prefix, *command],
+            env=environment,
+            staged=staged,
+            want_outputs=want_outputs,
+            default_timeout_s=default_timeout_s,
+        )
 
 
 #: the names an isolated run gives its binary, model and inputs in its run directory
