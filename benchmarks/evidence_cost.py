@@ -7,7 +7,9 @@ counted one, traced) is made four ways:
 * ``plain``: the exec log off, as a plain qemu run: the floor;
 * ``null``: qemu writing the exec log to /dev/null: qemu's cost of producing the log;
 * ``cat``: the log into a FIFO drained by ``cat > /dev/null``: adds the pipe;
-* ``count``: the log into a FIFO drained by our counter (the device's counted run).
+* ``count``: the log into a FIFO drained by our counter (the device's counted run, stored);
+* ``stored``: the same counted run read back from the store (the next session's cost,
+  :mod:`pytest_sme2.devices.stored_counts`).
 
 Each is split by the runner's own timings into the load phase (process start, program load,
 method init: everything before the first ``Method::execute``, and the writing of results after
@@ -15,7 +17,11 @@ the last) and the executions. The table gives seconds per stage as load+executio
 ratio of the counted run to the plain one, whole and executions only. Exports come from the
 export cache; the machine should be otherwise idle, as each stage is timed once.
 
-    python benchmarks/evidence_cost.py [--models toy_cnn] [--dtypes fp32 int8] [--corpus]
+``--suite`` then times the emulated example suite as CI runs it (``pytest tests/test_suite.py
+--sme2-device=qemu-sme2 -n 2``, exports cached): once with ``--sme2-recount`` (every variant
+counted, storing its count) and once as a warm session runs it (the counts read back).
+
+    python benchmarks/evidence_cost.py [--models toy_cnn] [--dtypes fp32 int8] [--corpus] [--suite]
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's model
 
 #: fp32 only by default, so the examples take minutes; ``--dtypes`` adds the others
 DEFAULT_DTYPES = ("fp32",)
-STAGES = ("plain", "null", "cat", "count")
+STAGES = ("plain", "null", "cat", "count", "stored")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cases(models: list[str] | None, dtypes: list[str], corpus: bool) -> Iterator[tuple[str, str]]:
@@ -109,12 +116,14 @@ def measure_case(
                 drain = subprocess.Popen(["cat", str(fifo)], stdout=sink)
                 seconds = timed(runner(fifo, where))
                 drain.wait()
-        else:
-            device = QemuSme2Device()
+        else:  # count, then stored: the same store, so the second reads the first back
+            device = QemuSme2Device(count_store=workdir / "store")
             seconds = timed(
                 lambda: device.counted_run(artifact.pte, artifact.inputs, variant, 1, where)  # noqa: B023
             )
-        result[stage] = split(seconds, where / TIMINGS_NAME)
+        # a stored run executes nothing: its timings are the counted run's, copied
+        stored = stage == "stored"
+        result[stage] = (seconds, 0.0) if stored else split(seconds, where / TIMINGS_NAME)
     return result
 
 
@@ -126,10 +135,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", help="models to run (default: every example)")
     parser.add_argument("--dtypes", nargs="*", default=DEFAULT_DTYPES)
     parser.add_argument("--corpus", action="store_true", help="the corpus members too")
+    parser.add_argument(
+        "--suite", action="store_true", help="then the emulated suite: recounted, and read back"
+    )
     args = parser.parse_args()
     head = ["case", "variant"]
     head += [f"{stage} load+exec s" for stage in STAGES]
-    head += ["count/plain", "count exec/plain exec"]
+    head += ["count/plain", "count exec/plain exec", "stored/plain"]
     rows = [head]
     with tempfile.TemporaryDirectory(prefix="evidence-cost-") as tmp:
         for model, dtype in cases(args.models, args.dtypes, args.corpus):
@@ -146,6 +158,7 @@ def main() -> None:
                 row += [
                     f"{total['count'] / total['plain']:.1f}x",
                     f"{stages['count'][1] / stages['plain'][1]:.1f}x",
+                    f"{total['stored'] / total['plain']:.2f}x",
                 ]
                 rows.append(row)
                 print(" | ".join(row), flush=True)
@@ -153,6 +166,30 @@ def main() -> None:
     print()
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    if args.suite:
+        suite = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/test_suite.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
+        suite += ["--sme2-device=qemu-sme2", "-n", "2"]
+        for what, extra in (
+            ("every variant counted", ["--sme2-recount"]),
+            ("counts read back", []),
+        ):
+            start = time.perf_counter()
+            done = subprocess.run([*suite, *extra], cwd=REPO, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
+            last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr
+            print(
+                f"emulated suite, 2 workers, {what}: {seconds / 60:.0f} min {seconds % 60:.0f} s"
+                f" ({last})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -255,6 +255,7 @@ def _evidence_json(evidence: Sme2Evidence) -> dict[str, Any]:
         "kernels": [asdict(kernel) for kernel in evidence.kernels],
         "operator_kernels": [op.to_json() for op in evidence.operator_kernels],
         "init_instructions": evidence.init_instructions,
+        "stored_count_at": evidence.stored_count_at,
     }
 
 
@@ -276,6 +277,7 @@ def _evidence_from_json(data: Mapping[str, Any]) -> Sme2Evidence:
             OperatorKernels.from_json(op) for op in data.get("operator_kernels", ())
         ),
         init_instructions=data.get("init_instructions"),
+        stored_count_at=data.get("stored_count_at", ""),
     )
 
 

@@ -10,8 +10,9 @@ from pytest_sme2.devices.registry import device_class
 
 @pytest.fixture(scope="session")
 def qemu_device() -> QemuSme2Device:
-    """The qemu-sme2 device as the plugin builds it from no options, provisioned (cached)."""
-    prepared = device_class("qemu-sme2").from_options(lambda _: None)
+    """The qemu-sme2 device as the plugin builds it under ``--sme2-recount``, provisioned
+    (cached): the tests that take it are of counting, so it counts every run."""
+    prepared = device_class("qemu-sme2").from_options(lambda dest: dest == "sme2_recount" or None)
     assert isinstance(prepared, QemuSme2Device)
     prepared.prepare()
     return prepared

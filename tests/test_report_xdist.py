@@ -46,6 +46,7 @@ def test_the_xdist_session_report_on_qemu_equals_the_serial_one(
         "--sme2-models=toy_cnn",
         "--sme2-dtypes=fp32,int8",
         f"--sme2-baseline-dir={BASELINES}",
+        "--sme2-recount",  # both sessions count: this is a test of counting in any process
     )
     serial = pytester.runpytest_subprocess(*args, "--sme2-artifacts=serial")
     xdist = pytester.runpytest_subprocess(*args, "-n", "2", "--sme2-artifacts=xdist")

@@ -139,6 +139,9 @@ class Sme2Evidence:
     #: instructions of the method's one-time init (``Method::init``: memory plan, delegate init,
     #: where XNNPACK and KleidiAI pack the weights), where the device counts them
     init_instructions: int | None = None
+    #: where the counts were read back from a stored counted run rather than counted in this
+    #: session, when that run was counted (:mod:`pytest_sme2.devices.stored_counts`); else ""
+    stored_count_at: str = ""
 
 
 OptionGetter = Callable[[str], Any]

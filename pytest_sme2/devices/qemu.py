@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from pytest_sme2.attribution import instruction_trace, operator_kernels
+from pytest_sme2.devices import qemu_log
 from pytest_sme2.devices.base import (
     CountedRun,
     Device,
@@ -39,6 +40,14 @@ from pytest_sme2.devices.qemu_log import (
     INIT_SYMBOL,
     InstructionCount,
     count_calls,
+)
+from pytest_sme2.devices.stored_counts import (
+    HOST_FILES,
+    count_key,
+    load_count,
+    portable_arguments,
+    store_count,
+    store_dir,
 )
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.kernels import kernels_of_operators
@@ -79,8 +88,17 @@ class QemuSme2Device(Device):
     emulates_cpu = True
 
     def __init__(
-        self, qemu: Path | None = None, sme_vector_length: int = DEFAULT_SME_VECTOR_LENGTH
+        self,
+        qemu: Path | None = None,
+        sme_vector_length: int = DEFAULT_SME_VECTOR_LENGTH,
+        *,
+        count_store: Path | None = None,
+        recount: bool = False,
     ) -> None:
+        """``count_store`` keeps every counted run of one thread under its key, and a later run
+        of the same key is read back from it unless ``recount``
+        (:mod:`pytest_sme2.devices.stored_counts`); the plugin's sessions keep them in the
+        cache (``--sme2-recount``: count again and replace)."""
         if sme_vector_length not in SME_VECTOR_LENGTHS:
             raise ConfigError(
                 f"--sme2-qemu-vl={sme_vector_length}: the SME vector length must be one of "
@@ -88,6 +106,8 @@ class QemuSme2Device(Device):
             )
         self.qemu = qemu
         self.sme_vector_length = sme_vector_length
+        self.count_store = count_store
+        self.recount = recount
         self._toolchain: QemuToolchain | None = None
         self._binary: Path | None = None
 
@@ -108,6 +128,14 @@ class QemuSme2Device(Device):
             help="qemu-sme2: SME streaming vector length in bytes, "
             f"{'|'.join(map(str, SME_VECTOR_LENGTHS))} (default: {DEFAULT_SME_VECTOR_LENGTH})",
         )
+        add(
+            "--sme2-recount",
+            dest="sme2_recount",
+            action="store_true",
+            default=None,
+            help="qemu-sme2: count every variant again rather than read back a stored count of "
+            "the same program, inputs, runner, wheel, guest libraries and qemu (and replace it)",
+        )
 
     @classmethod
     def from_options(cls, get: OptionGetter) -> QemuSme2Device:
@@ -117,7 +145,12 @@ class QemuSme2Device(Device):
             length = int(vl) if vl is not None else DEFAULT_SME_VECTOR_LENGTH
         except ValueError:
             raise ConfigError(f"--sme2-qemu-vl={vl!r}: expected a number of bytes") from None
-        return cls(qemu=Path(qemu) if qemu else None, sme_vector_length=length)
+        return cls(
+            qemu=Path(qemu) if qemu else None,
+            sme_vector_length=length,
+            count_store=store_dir(),
+            recount=bool(get("sme2_recount")),
+        )
 
     def prepare(self) -> None:
         if self._binary is not None:
@@ -229,7 +262,9 @@ class QemuSme2Device(Device):
         plan = RunPlan(
             runs=1, warmup=COUNTED_WARMUP, threads=threads, traced=True, timeout_s=timeout_s
         )
-        result, executions, init = self.count_executions(model, inputs, variant, plan, workdir)
+        result, executions, init, stored_at = self._stored_or_counted(
+            model, inputs, variant, plan, workdir
+        )
         assert result.etdump is not None, "a traced run always writes an ETDump"
         inference = executions[-1]
         index = len(executions) - 1
@@ -248,7 +283,57 @@ class QemuSme2Device(Device):
             operator_kernels=operators,
         )
         return CountedRun(
-            result, replace(evidence, init_instructions=init.total if init is not None else None)
+            result,
+            replace(
+                evidence,
+                init_instructions=init.total if init is not None else None,
+                stored_count_at=stored_at,
+            ),
+        )
+
+    def _stored_or_counted(
+        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
+    ) -> tuple[RunResult, list[InstructionCount], InstructionCount | None, str]:
+        """:meth:`count_executions`, or its stored run of the same key read back (then also
+        when that was counted); a count of one thread is stored, never one of a thread pool,
+        whose spinning makes it vary."""
+        store = self.count_store if plan.threads == 1 else None
+        key = self._count_key(model, inputs, variant, plan) if store is not None else ""
+        if store is not None and not self.recount:
+            stored = load_count(store, key, workdir, plan)
+            if stored is not None:
+                return stored.result, list(stored.executions), stored.init, stored.counted_at
+        result, executions, init = self.count_executions(model, inputs, variant, plan, workdir)
+        if store is not None:
+            store_count(store, key, result, workdir, executions, init)
+        return result, executions, init, ""
+
+    def _count_key(self, model: Path, inputs: Path, variant: Variant, plan: RunPlan) -> str:
+        """Everything a counted run is a function of (see
+        :mod:`pytest_sme2.devices.stored_counts`): the files the guest reads, qemu's
+        arguments and version, the plan, and the counting code."""
+        toolchain, binary = self._prepared()
+        files = {
+            "qemu": toolchain.qemu,
+            "shim": toolchain.shim,
+            "guest root": toolchain.sysroot,
+            "runner": binary,
+            "wheel": toolchain.executorch_dir / "lib",
+            "program": model,
+            "inputs": inputs,
+            "counter": Path(qemu_log.__file__),
+            **{f"host {path}": path for path in HOST_FILES},
+        }
+        arguments = self._prefix(variant, exec_log=Path("exec-log"))
+        return count_key(
+            files,
+            {
+                "qemu arguments": portable_arguments(arguments, files),
+                "qemu version": toolchain.qemu_version,
+                "plan": f"runs={plan.runs} warmup={plan.warmup} threads={plan.threads} "
+                f"traced={plan.traced}",
+                "counted calls": f"{EXECUTE_SYMBOL} {INIT_SYMBOL}",
+            },
         )
 
     def count_executions(

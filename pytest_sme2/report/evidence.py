@@ -191,4 +191,12 @@ def _executed_lines(m: Measurement) -> list[str]:
         lines.append(f"{variant} ({evidence.source}): {executed}")
     if m.instruction_ratio is not None:
         lines.append(f"Instruction ratio {m.instruction_ratio:.2f}× (instructions off ÷ on).")
+    stored = sorted({vm.evidence.stored_count_at for vm in m.variants.values() if vm.evidence})
+    stored = [when for when in stored if when]
+    if stored:
+        lines.append(
+            f"Counts read back from the run(s) counted {', '.join(stored)}: the same program, "
+            "inputs, runner, wheel, guest libraries and qemu count the same to the instruction "
+            "(--sme2-recount counts again)."
+        )
     return lines

@@ -1,0 +1,195 @@
+"""Stored counted runs on qemu-sme2: read back only where nothing that can move a count changed.
+
+The key is tested on files (any byte of any keyed file or directory changes it), the store on
+the real aarch64 runner under real qemu: a run read back equals the run counted, another input
+is counted afresh, a recount replaces the entry, a damaged entry is counted again, and a count of
+a thread pool is never stored.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import models  # noqa: F401  (registers the examples)
+from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.base import Variant
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.stored_counts import content_digest, count_key, portable_arguments
+from pytest_sme2.export import export_model
+from pytest_sme2.models import get_model
+from pytest_sme2.tensors import read_tensors, write_tensors
+from pytest_sme2.trace import read_etdump
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
+CACHE = cache_root()
+
+
+def _files(tmp_path: Path) -> dict[str, Path]:
+    root = tmp_path / "guest-root"
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "libc.so.6").write_bytes(b"libc")
+    (tmp_path / "program.pte").write_bytes(b"program")
+    return {"guest root": root, "program": tmp_path / "program.pte"}
+
+
+def test_the_key_moves_with_any_byte_of_any_keyed_file_or_setting(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    settings = {"plan": "runs=1 warmup=1 threads=1"}
+    key = count_key(files, settings)
+    assert count_key(files, settings) == key
+    changed = []
+    (tmp_path / "program.pte").write_bytes(b"programme")  # another size
+    changed.append(count_key(files, settings))
+    (tmp_path / "program.pte").write_bytes(b"PROGRAM")  # same size, other bytes
+    changed.append(count_key(files, settings))
+    (tmp_path / "program.pte").write_bytes(b"program")
+    assert count_key(files, settings) == key
+    (files["guest root"] / "lib" / "libm.so.6").write_bytes(b"libm")  # a file the guest may load
+    changed.append(count_key(files, settings))
+    (files["guest root"] / "lib" / "libm.so.6").unlink()
+    assert count_key(files, settings) == key
+    changed.append(count_key(files, {"plan": "runs=1 warmup=0 threads=1"}))
+    changed.append(count_key({**files, "inputs": tmp_path / "not-there"}, settings))
+    assert len({key, *changed}) == 1 + len(changed)
+
+
+def test_a_linked_file_is_keyed_by_what_it_points_to(tmp_path: Path) -> None:
+    """The guest root links the cross toolchain's libraries: an upgraded libc behind the same
+    link is another key."""
+    target = tmp_path / "libc-2.36.so"
+    target.write_bytes(b"old libc")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "libc.so.6").symlink_to(target)
+    before = content_digest(root)
+    target.write_bytes(b"new libc!")
+    assert content_digest(root) != before
+    assert content_digest(tmp_path / "nothing") == "missing"
+
+
+def test_a_command_is_keyed_without_the_paths_of_its_files() -> None:
+    files = {"qemu": Path("/cache/a/qemu-aarch64"), "guest root": Path("/cache/a/root")}
+    here = ["/cache/a/qemu-aarch64", "-cpu", "max", "-L", "/cache/a/root"]
+    there = ["/home/ci/.cache/qemu-aarch64", "-cpu", "max", "-L", "/home/ci/root"]
+    moved = {"qemu": Path(there[0]), "guest root": Path(there[4])}
+    assert portable_arguments(here, files) == portable_arguments(there, moved)
+    assert "<qemu>" in portable_arguments(here, files)
+    assert portable_arguments([*here[:2], "max,sve=off", *here[3:]], files) != (
+        portable_arguments(here, files)
+    )
+
+
+@pytest.fixture
+def storing(qemu_device: QemuSme2Device, tmp_path: Path) -> QemuSme2Device:
+    """The provisioned qemu-sme2 device, keeping its counts in a store of this test's own."""
+    device = QemuSme2Device(count_store=tmp_path / "store")
+    device._toolchain, device._binary = qemu_device._prepared()
+    return device
+
+
+def test_a_stored_run_reads_back_as_the_run_counted(
+    storing: QemuSme2Device, tmp_path: Path
+) -> None:
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    first = storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "a")
+    assert first.evidence.stored_count_at == ""
+    assert len(list((tmp_path / "store").iterdir())) == 1
+    again = storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "b")
+    assert again.evidence.stored_count_at.endswith("UTC")
+    for field in ("instructions", "sme_instructions", "init_instructions", "sme2_kernels"):
+        assert getattr(again.evidence, field) == getattr(first.evidence, field)
+    assert again.evidence.operator_kernels == first.evidence.operator_kernels
+    assert again.evidence.instruction_trace is not None
+    assert first.evidence.instruction_trace is not None
+    assert again.evidence.instruction_trace.runs == first.evidence.instruction_trace.runs
+    assert again.run.etdump == tmp_path / "b" / "run.etdp"
+    assert read_etdump(again.run.etdump).runs[-1] == read_etdump(first.run.etdump).runs[-1]
+    assert again.run.outputs is not None and first.run.outputs is not None
+    assert again.run.outputs.read_bytes() == first.run.outputs.read_bytes()
+    assert again.run.load == first.run.load
+
+
+def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
+    storing: QemuSme2Device, tmp_path: Path
+) -> None:
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    off = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "a")
+    other = tmp_path / "other.tensors"
+    write_tensors(other, [np.flip(array, -1).copy() for array in read_tensors(artifact.inputs)])
+    counted = storing.counted_run(artifact.pte, other, Variant.OFF, 1, tmp_path / "b")
+    assert counted.evidence.stored_count_at == ""
+    assert counted.run.outputs is not None and off.run.outputs is not None
+    assert counted.run.outputs.read_bytes() != off.run.outputs.read_bytes()
+    entries = sorted((tmp_path / "store").iterdir())
+    assert len(entries) == 2
+    # a recount counts and replaces the entry
+    storing.recount = True
+    before = {entry: entry.stat().st_ino for entry in entries}
+    recounted = storing.counted_run(artifact.pte, other, Variant.OFF, 1, tmp_path / "c")
+    assert recounted.evidence.stored_count_at == ""
+    assert recounted.evidence.instructions == counted.evidence.instructions
+    # the new entry is built before the old one goes, so a replaced entry is another inode
+    assert sum(entry.stat().st_ino != before[entry] for entry in entries) == 1
+    # a damaged entry is counted again, and replaced by a whole one
+    storing.recount = False
+    for entry in entries:
+        (entry / "count.json").write_text('{"format": 1, "counted_at"')
+    damaged = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "d")
+    assert damaged.evidence.stored_count_at == ""
+    assert damaged.evidence.instructions == off.evidence.instructions
+    assert sum((e / "count.json").read_text().endswith("}") for e in entries) == 1
+
+
+def test_a_thread_pools_count_is_never_stored(storing: QemuSme2Device, tmp_path: Path) -> None:
+    """With two threads the pool's spinning is in the count, which then varies run to run."""
+    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 2, tmp_path / "a")
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
+
+
+SUITE = """
+import pytest
+
+@pytest.mark.sme2(require_sme2_kernels=True)
+def test_model(sme2_measurement, sme2_judge):
+    sme2_judge(sme2_measurement)
+"""
+
+
+def test_a_session_reads_back_what_an_earlier_one_counted_and_says_so(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin keeps counts in the cache; ``--sme2-recount`` counts (and replaces them), the
+    next session reads them back, judges the same and its report says when they were counted."""
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
+    pytester.makeconftest("import models  # noqa: F401  (registers toy_cnn)")
+    pytester.makepyfile(test_suite=SUITE)
+    args = (
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        "--sme2-models=toy_cnn",
+        "--sme2-dtypes=fp32",
+        f"--sme2-baseline-dir={REPO / 'baselines'}",
+    )
+    counted = pytester.runpytest_subprocess(*args, "--sme2-recount", "--sme2-artifacts=counted")
+    read_back = pytester.runpytest_subprocess(*args, "--sme2-artifacts=read")
+    counted.assert_outcomes(passed=1)
+    read_back.assert_outcomes(passed=1)
+    reports = {
+        name: next((pytester.path / name).rglob("sme2_report.md")).read_text()
+        for name in ("counted", "read")
+    }
+    assert "Counts read back" not in reports["counted"]
+    assert "Counts read back from the run(s) counted 20" in reports["read"]
+    assert "--sme2-recount counts again" in reports["read"]
+    ratio = [line for line in reports["counted"].splitlines() if "Instruction ratio" in line]
+    assert ratio and ratio[0] in reports["read"]
