@@ -27,10 +27,10 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from pytest_sme2.baseline_file import package_version
 from pytest_sme2.errors import Sme2Error
 from pytest_sme2.gates import Verdict
 from pytest_sme2.result import MIB, LoadMeasurement, Measurement, VariantMeasurement
@@ -52,13 +52,6 @@ UPGRADES: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
 SUFFIX = ".jsonl"
 #: The trend page a session writes into its history directory: the one other file expected there.
 PAGE_NAME = "index.html"
-
-
-def package_version() -> str:
-    try:
-        return version("pytest-sme2")
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        return "unknown"
 
 
 @dataclass(frozen=True)
