@@ -111,8 +111,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from pytest_sme2.history import trends
     from pytest_sme2.report.history import history_markdown, write_history
+    from pytest_sme2.trends import trends
 
     found = trends(args.history_dir, args.repo)
     for problem in found.problems:

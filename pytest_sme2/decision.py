@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_sme2.baseline import Baseline, Tolerances, from_measurement, merge
+from pytest_sme2.baseline import Baseline, Tolerances, from_measurement
+from pytest_sme2.baseline_update import merge
 from pytest_sme2.gates import Expectations, Status, Verdict, case_name, judge
 from pytest_sme2.measure import fastest
 from pytest_sme2.result import Measurement
@@ -96,7 +97,7 @@ class Decision:
     verdicts: tuple[Verdict, ...]
     #: the baseline to write, None when there is nothing to write
     baseline: Baseline | None
-    #: one line per change the write makes (``baseline.merge``)
+    #: one line per change the write makes (``baseline_update.merge``)
     changes: tuple[str, ...]
     #: the text the test fails with, None when it passes
     failure: str | None
@@ -120,11 +121,12 @@ def decide(
     """Judge ``m`` against the baseline stored at ``path`` (``stored``; None when there is none).
 
     With no baseline, or with ``update`` (``--sme2-update-baselines``), the measurement is merged
-    into the stored one (``baseline.merge``: only what moved beyond tolerance changes) and judged
-    against the result; a missing baseline fails the test once, so that a reviewer commits it. A
-    baseline just written has nothing to confirm, so only otherwise is a failure of time gates
-    re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too. ``set_aside`` is
-    the line saying where an invalid stored file went (``baseline.read``): the first change.
+    into the stored one (``baseline_update.merge``: only what moved beyond tolerance changes) and
+    judged against the result; a missing baseline fails the test once, so that a reviewer
+    commits it. A baseline just written has nothing to confirm, so only otherwise is a failure of
+    time gates re-measured (:func:`judge_confirmed`). ``strict`` fails skipped gates too.
+    ``set_aside`` is the line saying where an invalid stored file went (``baseline_file.read``):
+    the first change.
     """
     baseline, changes = stored, ()
     if stored is None or update:

@@ -31,7 +31,8 @@ from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis import Comparison
-    from pytest_sme2.baseline import Baseline, Stored
+    from pytest_sme2.baseline import Baseline
+    from pytest_sme2.baseline_file import Stored
     from pytest_sme2.devices.base import Device
     from pytest_sme2.export import Artifact
     from pytest_sme2.fleet import Fleet
@@ -443,8 +444,8 @@ def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
 @pytest.fixture
 def sme2_stored_baseline(sme2_baseline_path: Path, sme2_settings: Settings) -> Stored:
     """What the baseline path holds; one line failing the test if it cannot be used (under
-    ``--sme2-update-baselines`` an invalid file is set aside instead, see ``baseline.read``)."""
-    from pytest_sme2.baseline import read
+    ``--sme2-update-baselines`` an invalid file is set aside instead: ``baseline_file.read``)."""
+    from pytest_sme2.baseline_file import read
 
     return _or_fail(lambda: read(sme2_baseline_path, update=sme2_settings.update_baselines))
 
@@ -502,7 +503,7 @@ def sme2_judge(
     undisturbed speed again (``measure.settle``): a transient disturbance of a shared machine
     (seen: 1 of 10 unchanged re-runs, twice) must not fail CI, a real regression persists.
     """
-    from pytest_sme2.baseline import save
+    from pytest_sme2.baseline_file import save
     from pytest_sme2.benchmark_interop import add_benchmarks
     from pytest_sme2.decision import decide
     from pytest_sme2.measure import settle_before_confirming

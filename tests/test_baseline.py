@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2 import baseline as store
-from pytest_sme2.baseline import Tolerances, from_measurement, merge
+from pytest_sme2 import baseline_file as store
+from pytest_sme2.baseline import Tolerances, from_measurement, stable
+from pytest_sme2.baseline_update import merge
 from pytest_sme2.errors import ConfigError
 from tests.measurements import HOST, SME2_DEVICE, measurement
 
@@ -46,8 +47,8 @@ def test_reference_fastest_run_is_the_machine_speed_at_baseline_time():
 
 
 def test_floats_are_rounded_to_four_significant_digits():
-    assert store.stable(1.23456789) == 1.235
-    assert store.stable(0.000123456) == 0.0001235
+    assert stable(1.23456789) == 1.235
+    assert stable(0.000123456) == 0.0001235
 
 
 def test_missing_file_is_none_and_bad_files_are_named(tmp_path):

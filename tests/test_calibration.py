@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import LATENCY_STATISTIC, Tolerances, from_measurement, load, merge
+from pytest_sme2.baseline import LATENCY_STATISTIC, Tolerances, from_measurement
+from pytest_sme2.baseline_file import load
+from pytest_sme2.baseline_update import merge
 from pytest_sme2.calibration import calibrate, noise_percent, not_calibrated_reason
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.gates import Expectations, Status, judge

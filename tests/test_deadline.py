@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
-from pytest_sme2.baseline import Tolerances, from_measurement, load
+from pytest_sme2.baseline import Tolerances, from_measurement
+from pytest_sme2.baseline_file import load
 from pytest_sme2.deadline import (
     EMULATED_INSTRUCTIONS_PER_S,
     EMULATED_MARGIN_S,

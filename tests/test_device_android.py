@@ -18,10 +18,12 @@ import pytest
 from pytest_sme2.devices.android import (
     AndroidDevice,
     check_cpu_mask,
-    elf_dependencies,
     parse_device_facts,
-    runner_libraries,
     shell_command,
+)
+from pytest_sme2.devices.android_bundle import (
+    elf_dependencies,
+    runner_libraries,
     shim_compile_command,
 )
 from pytest_sme2.devices.base import Variant

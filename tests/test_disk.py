@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import load
+from pytest_sme2.baseline_file import load
 from pytest_sme2.cache import cache_root
 from tests.inner import INNER_TEST, inner_conftest
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import load
+from pytest_sme2.baseline_file import load
 from pytest_sme2.cache import cache_root
 from pytest_sme2.errors import RunnerError
 from pytest_sme2.runner.invoke import run_process, run_step

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import load
+from pytest_sme2.baseline_file import load
 from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.report.rundir import load_test_dir

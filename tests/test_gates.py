@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from pytest_sme2.attribution import OperatorKernels
-from pytest_sme2.baseline import Baseline, Tolerances, from_measurement, merge
+from pytest_sme2.baseline import Baseline, Tolerances, from_measurement
+from pytest_sme2.baseline_update import merge
 from pytest_sme2.decision import decide, failure_report, only_time_gates_failed
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError

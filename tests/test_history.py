@@ -26,17 +26,14 @@ from pytest_sme2.history import (
     GitState,
     HistoryLog,
     HistoryRecord,
-    Trends,
-    build_series,
     commit_ranks,
-    find_steps,
     git_state,
     package_version,
-    quantities,
     read_history,
 )
 from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.report.history import history_html, points_table
+from pytest_sme2.trends import Trends, build_series, find_steps, quantities
 from tests.measurements import measure_toy_cnn, scaled
 
 #: Resolved at import: the inner sessions reuse the real export cache and the provisioned qemu.

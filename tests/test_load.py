@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import Tolerances, from_measurement, load, merge, save, to_json
+from pytest_sme2.baseline import Tolerances, from_measurement
+from pytest_sme2.baseline_file import load, save, to_json
+from pytest_sme2.baseline_update import merge
 from pytest_sme2.decision import only_time_gates_failed
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.devices.host import HostDevice

@@ -23,14 +23,19 @@ import itertools
 import os
 import re
 import shlex
-import struct
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
-from pytest_sme2.cache import cache_root, cached_dir, content_key
+from pytest_sme2.cache import content_key
+from pytest_sme2.devices.android_bundle import (
+    NDK_ENV,
+    build_android_shim,
+    ndk_libcxx,
+    runner_libraries,
+)
 from pytest_sme2.devices.base import (
     Device,
     DeviceInfo,
@@ -41,7 +46,6 @@ from pytest_sme2.devices.base import (
 )
 from pytest_sme2.devices.host import isa_features, software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import kernel_evidence, logged_kernels, parse_kernel_log
-from pytest_sme2.devices.provision import SHIM_SOURCE
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError
 from pytest_sme2.runner.invoke import (
     DEFAULT_TIMEOUT_S,
@@ -54,7 +58,6 @@ from pytest_sme2.runner.invoke import (
     collect_result,
     exit_reason,
     run_process,
-    run_step,
     runner_command,
     runner_tail,
     save_log,
@@ -62,8 +65,6 @@ from pytest_sme2.runner.invoke import (
 
 DEFAULT_DEVICE_DIR = "/data/local/tmp/pytest-sme2"
 SERIAL_ENV = "ANDROID_SERIAL"
-NDK_ENV = "ANDROID_NDK"
-ANDROID_API = 28
 """The API level the shim is built for (Android 9): older than any SME2 phone."""
 
 LOGCAT_NAME = "logcat.txt"
@@ -71,8 +72,6 @@ _ADB_TIMEOUT_S = 300
 #: The deadline of the ``adb shell kill`` that ends a hung runner on the phone: a device that
 #: cannot answer that in a minute is wedged, and saying so beats waiting.
 _KILL_TIMEOUT_S = 60
-#: Building the sme2-off shim with the NDK's clang: one small C file.
-_COMPILE_TIMEOUT_S = 120
 RUNNER_PID_NAME = "runner.pid"
 _LOGCAT_LINES = 400
 _DEVICE_LOST = re.compile(
@@ -93,19 +92,6 @@ _FACTS_COMMAND = (
     "for p in "
     + " ".join(_PROPERTIES)
     + '; do echo "$p=$(getprop $p)"; done; echo "--- cpuinfo"; cat /proc/cpuinfo'
-)
-# Forwards glibc's name for the real getauxval, which hide_sme.c calls, to bionic's.
-_BIONIC_BRIDGE = """\
-#include <dlfcn.h>
-unsigned long __getauxval(unsigned long type) {
-    static unsigned long (*next)(unsigned long);
-    if (next == 0) next = (unsigned long (*)(unsigned long))dlsym(RTLD_NEXT, "getauxval");
-    return next(type);
-}
-"""
-# Libraries every Android process gets from the system: never pushed.
-_SYSTEM_LIBRARIES = frozenset(
-    {"libc.so", "libm.so", "libdl.so", "liblog.so", "libandroid.so", "libz.so", "ld-android.so"}
 )
 
 
@@ -214,134 +200,6 @@ def check_cpu_mask(mask: str) -> str:
 class DeviceHung(RunnerError):
     """An adb call that did not finish within its deadline: the device (or adbd) stopped
     answering, or the process it runs never returned. Not a lost device: it is still listed."""
-
-
-@dataclass(frozen=True)
-class ElfDependencies:
-    needed: tuple[str, ...]
-    search_path: tuple[str, ...]  # DT_RUNPATH (else DT_RPATH) entries, ``$ORIGIN`` unexpanded
-
-
-def elf_dependencies(path: Path) -> ElfDependencies:
-    """``DT_NEEDED`` and ``DT_RUNPATH``/``DT_RPATH`` of a 64-bit little-endian ELF file (what
-    ``readelf -d`` shows), read directly: no binutils for the target needed on the host."""
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the runner ({err.strerror})") from err
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ConfigError(f"{path}: not a 64-bit little-endian ELF executable")
-    phoff = struct.unpack_from("<Q", data, 0x20)[0]
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    loads, dynamic = [], None
-    for i in range(phnum):
-        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
-            "<IIQQQQ", data, phoff + i * phentsize
-        )
-        if p_type == 1:  # PT_LOAD
-            loads.append((p_offset, p_vaddr, p_filesz))
-        elif p_type == 2:  # PT_DYNAMIC
-            dynamic = (p_offset, p_filesz)
-    if dynamic is None:
-        return ElfDependencies((), ())  # static: nothing to push but itself
-    entries = [struct.unpack_from("<qQ", data, at) for at in range(dynamic[0], sum(dynamic), 16)]
-    strtab_vaddr = next(value for tag, value in entries if tag == 5)  # DT_STRTAB
-    strtab = next(o + strtab_vaddr - v for o, v, n in loads if v <= strtab_vaddr < v + n)
-
-    def string(offset: int) -> str:
-        start = strtab + offset
-        return data[start : data.index(b"\0", start)].decode()
-
-    needed = tuple(string(value) for tag, value in entries if tag == 1)
-    runpath = [string(value) for tag, value in entries if tag == 29]
-    rpath = [string(value) for tag, value in entries if tag == 15]
-    search = ":".join(runpath or rpath)
-    return ElfDependencies(needed, tuple(part for part in search.split(":") if part))
-
-
-def runner_libraries(
-    runner: Path, *, extra_dirs: Iterable[Path] = ()
-) -> tuple[dict[str, Path], tuple[str, ...]]:
-    """The shared libraries ``runner`` needs that are not the system's, found as the dynamic
-    linker would (beside it, its RUNPATH with ``$ORIGIN``, then ``extra_dirs``), recursively.
-
-    Returns the libraries found (name -> path) and the names found nowhere (system libraries
-    such as ``libc.so`` or ``libstdc++.so.6`` on a glibc host, or missing ones).
-    """
-    found: dict[str, Path] = {}
-    missing: list[str] = []
-    queue = [runner]
-    while queue:
-        binary = queue.pop()
-        deps = elf_dependencies(binary)
-        origin = str(binary.resolve().parent)
-        dirs = [binary.resolve().parent]
-        dirs += [Path(entry.replace("$ORIGIN", origin)) for entry in deps.search_path]
-        dirs += list(extra_dirs)
-        for name in deps.needed:
-            if name in found or name in missing or name in _SYSTEM_LIBRARIES:
-                continue
-            path = next((d / name for d in dirs if (d / name).is_file()), None)
-            if path is None:
-                missing.append(name)
-            else:
-                found[name] = path.resolve()
-                queue.append(path)
-    return found, tuple(missing)
-
-
-def ndk_clang(ndk: Path) -> Path:
-    """The NDK's clang (any host tag), or ConfigError naming the NDK directory."""
-    candidates = sorted(ndk.glob("toolchains/llvm/prebuilt/*/bin/clang"))
-    if not candidates:
-        raise ConfigError(
-            f"{NDK_ENV}={ndk}: no toolchains/llvm/prebuilt/*/bin/clang; point it at an "
-            "Android NDK (r26 or newer)"
-        )
-    return candidates[0]
-
-
-def ndk_libcxx(ndk: Path) -> Path | None:
-    """The NDK's arm64 ``libc++_shared.so``, which runners built with the NDK's STL need."""
-    pattern = "toolchains/llvm/prebuilt/*/sysroot/usr/lib/aarch64-linux-android/libc++_shared.so"
-    return next(iter(sorted(ndk.glob(pattern))), None)
-
-
-def shim_compile_command(clang: Path, out: Path, bridge: Path) -> list[str]:
-    """Compile ``hide_sme.c`` with the bionic bridge into an arm64 Android ``hide_sme.so``."""
-    return [
-        str(clang),
-        f"--target=aarch64-linux-android{ANDROID_API}",
-        "-O2",
-        "-shared",
-        "-fPIC",
-        "-Wall",
-        "-Wextra",
-        "-o",
-        str(out),
-        str(SHIM_SOURCE),
-        str(bridge),
-    ]
-
-
-def build_android_shim(ndk: Path) -> Path:
-    """``hide_sme.so`` for Android arm64, built with the NDK once and cached."""
-    clang = ndk_clang(ndk)
-
-    def build(out: Path) -> None:
-        bridge = out / "bionic_getauxval.c"
-        bridge.write_text(_BIONIC_BRIDGE)
-        command = shim_compile_command(clang, out / "hide_sme.so", bridge)
-        what = "building the Android sme2-off shim"
-        result = run_step(command, what, timeout_s=_COMPILE_TIMEOUT_S)
-        if result.returncode != 0:
-            raise RunnerError(
-                f"{what} failed (exit {result.returncode}): "
-                f"{_tail(result.stderr)}; command: {shlex.join(command)}"
-            )
-
-    key = content_key(SHIM_SOURCE.read_bytes(), _BIONIC_BRIDGE, str(clang), str(ANDROID_API))
-    return cached_dir(cache_root() / "android" / f"shim-{key}", build) / "hide_sme.so"
 
 
 # --- the device ---------------------------------------------------------------------------------

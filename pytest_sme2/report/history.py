@@ -16,8 +16,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.history import Point, Quantity, Series, Step, Trends, quantities
 from pytest_sme2.report.charts import CATEGORY_COLOURS, DPI, _png, data_uri
+from pytest_sme2.trends import Point, Quantity, Series, Step, Trends, quantities
 
 #: How many of a case's most recent commits the pytest-html report shows inline.
 INLINE_POINTS = 5

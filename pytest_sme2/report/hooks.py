@@ -220,8 +220,9 @@ class ReportPlugin:
     def _trend(self, record: HistoryRecord) -> str:
         """The case's last commits inline, linked to its section of the history page (written
         into the history directory when the session ends)."""
-        from pytest_sme2.history import PAGE_NAME, build_series, commit_ranks, read_history
+        from pytest_sme2.history import PAGE_NAME, commit_ranks, read_history
         from pytest_sme2.report.history import trend_html
+        from pytest_sme2.trends import build_series
 
         directory = self._history_dir()
         assert directory is not None, "a history record is only written under --sme2-history"
@@ -332,8 +333,9 @@ class ReportPlugin:
             return
         history = self._history_dir()
         if history is not None and history.is_dir():
-            from pytest_sme2.history import PAGE_NAME, trends
+            from pytest_sme2.history import PAGE_NAME
             from pytest_sme2.report.history import write_history
+            from pytest_sme2.trends import trends
 
             found = trends(history, self.config.rootpath)
             self.history_problems = found.problems
