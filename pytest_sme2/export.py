@@ -48,6 +48,7 @@ export (at ``build model``): there is nothing to compare a program with, the mod
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -256,8 +257,16 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
     if processes > 1 and len(_PENDING) > 1 and forking:
         _import_lowering()
         context = multiprocessing.get_context("fork")
-        with context.Pool(min(processes, len(_PENDING)), initializer=_one_thread) as pool:
-            failed = pool.map(_export_pending, range(len(_PENDING)), chunksize=1)
+        # The session's objects (every model built for its key) out of the children's garbage
+        # collections: a child's full collection walks every object it inherited and writes
+        # their headers, copying the parent's pages (Python's gc.freeze advice for fork).
+        gc.collect()
+        gc.freeze()
+        try:
+            with context.Pool(min(processes, len(_PENDING)), initializer=_one_thread) as pool:
+                failed = pool.map(_export_pending, range(len(_PENDING)), chunksize=1)
+        finally:
+            gc.unfreeze()
         for (spec, dtype), failure in zip(_PENDING, failed, strict=True):
             if failure is not None:  # remembered here, as if this process had failed it
                 _FAILURES[(artifact_dir(spec, dtype), True)] = ExportError(*failure)

@@ -51,6 +51,7 @@ from pytest_sme2.devices.stored_counts import (
 )
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.kernels import kernels_of_operators
+from pytest_sme2.runner import invoke
 from pytest_sme2.runner.build import build_runner, executorch_version
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
 from pytest_sme2.trace import read_etdump
@@ -322,6 +323,7 @@ class QemuSme2Device(Device):
             "program": model,
             "inputs": inputs,
             "counter": Path(qemu_log.__file__),
+            "invocation": Path(invoke.__file__),  # isolation: the names, the empty environment
             **{f"host {path}": path for path in HOST_FILES},
         }
         arguments = self._prefix(variant, exec_log=Path("exec-log"))

@@ -15,7 +15,8 @@ holds the bytes of every file the run reads (the qemu binary, the SME-hiding shi
 guest root, the runner, the wheel's libraries, the program, its inputs; the host's
 ``/etc/ld.so.cache``, the one host file the guest's loader reads outside the root), qemu's
 arguments with those paths replaced by their names, its reported version (a user's wrapper
-script is keyed by its own bytes), the run's plan, the counting code's own source, the host
+script is keyed by its own bytes), the run's plan, the source of the code that runs it (isolated:
+fixed names, an empty environment) and of the code that counts it, the host
 kernel's release and CPU count (qemu's ``/proc/cpuinfo`` has one entry per host CPU), and this
 store's format. Counts with more than one thread include the thread pool's spinning and vary
 from run to run: they are never stored. ``--sme2-recount`` counts again and replaces the entry.
