@@ -7,6 +7,14 @@ it out while the other cases run for real.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
+#: The repository: inner sessions import its example models (``models/``).
+REPO = Path(__file__).resolve().parents[1]
+
 SMALL_MODEL = """
 import torch
 from torch import nn
@@ -42,3 +50,15 @@ INNER_TEST = """
 def test_model(sme2_measurement, sme2_judge):
     sme2_judge(sme2_measurement)
 """
+
+
+def examples_session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, cache: Path, suite: str
+) -> None:
+    """Make ``pytester``'s directory a project of the repository's example models with the test
+    file ``suite``, its sessions (and their xdist workers) using the cache ``cache``: the real
+    one, resolved before pytester pointed HOME elsewhere, so exports and qemu are reused."""
+    monkeypatch.setenv("SME2_CACHE_DIR", str(cache))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
+    pytester.makeconftest("import models  # noqa: F401  (registers the examples)")
+    pytester.makepyfile(test_suite=suite)

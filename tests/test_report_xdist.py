@@ -4,14 +4,12 @@ ratio, the executed SME2 kernels), and equal the report of the same session run 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.report.artifacts import MANIFEST_NAME
 from pytest_sme2.report.rundir import load_test_dir
+from tests.inner import REPO, examples_session
 
 pytest_plugins = ["pytester"]
 
@@ -19,7 +17,6 @@ pytest_plugins = ["pytester"]
 #: reuse the real export cache and the provisioned qemu toolchain.
 CACHE = cache_root()
 #: The committed qemu-sme2 baselines, read (never updated) by both sessions alike.
-REPO = Path(__file__).resolve().parent.parent
 BASELINES = REPO / "baselines"
 
 SUITE = """
@@ -34,11 +31,7 @@ def test_model(sme2_measurement, sme2_judge):
 def test_the_xdist_session_report_on_qemu_equals_the_serial_one(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    # the inner sessions import the repository's example models (workers too)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
-    pytester.makeconftest("import models  # noqa: F401  (registers toy_cnn)")
-    pytester.makepyfile(test_suite=SUITE)
+    examples_session(pytester, monkeypatch, CACHE, SUITE)
     args = (
         "-p",
         "no:cacheprovider",

@@ -8,7 +8,6 @@ a thread pool is never stored.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +22,10 @@ from pytest_sme2.export import export_model
 from pytest_sme2.models import get_model
 from pytest_sme2.tensors import read_tensors, write_tensors
 from pytest_sme2.trace import read_etdump
+from tests.inner import REPO, examples_session
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
 
@@ -168,10 +167,7 @@ def test_a_session_reads_back_what_an_earlier_one_counted_and_says_so(
 ) -> None:
     """The plugin keeps counts in the cache; ``--sme2-recount`` counts (and replaces them), the
     next session reads them back, judges the same and its report says when they were counted."""
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
-    pytester.makeconftest("import models  # noqa: F401  (registers toy_cnn)")
-    pytester.makepyfile(test_suite=SUITE)
+    examples_session(pytester, monkeypatch, CACHE, SUITE)
     args = (
         "-p",
         "no:cacheprovider",
