@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,9 +50,10 @@ BUSY = Disturbance(
 linux_only = pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads /proc/stat")
 
 
-def _spin(seconds: float, cpu: int | None) -> None:
+def _spin(seconds: float, cpu: int | None, spinning: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
+    spinning.release()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
@@ -60,15 +62,17 @@ def _spin(seconds: float, cpu: int | None) -> None:
 @contextmanager
 def spinners(count: int, seconds: float, cpu: int | None = None) -> Iterator[None]:
     """``count`` processes that only burn CPU for at most ``seconds`` (on ``cpu`` if given):
-    a neighbour that makes more threads runnable than there are cores."""
-    procs = [
-        multiprocessing.get_context("spawn").Process(target=_spin, args=(seconds, cpu))
-        for _ in range(count)
-    ]
+    a neighbour that makes more threads runnable than there are cores. The block starts once
+    every one of them spins: a spawned interpreter can take seconds to start on a busy machine
+    (a fixed wait of 0.3 s once let a 30-run measurement finish before they did)."""
+    context = multiprocessing.get_context("spawn")
+    spinning = context.Semaphore(0)
+    procs = [context.Process(target=_spin, args=(seconds, cpu, spinning)) for _ in range(count)]
     for proc in procs:
         proc.start()
-    time.sleep(0.3)  # spawned interpreters take a moment before they spin
     try:
+        for _ in procs:
+            assert spinning.acquire(timeout=60), "a spinner did not start within 60 s"
         yield
     finally:
         for proc in procs:
