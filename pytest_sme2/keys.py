@@ -14,7 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_sme2.gates import Verdict
     from pytest_sme2.history import HistoryRecord
-    from pytest_sme2.report.artifacts import Program
+    from pytest_sme2.report.kit_json import Program
     from pytest_sme2.result import Measurement
     from pytest_sme2.settings import Settings
 

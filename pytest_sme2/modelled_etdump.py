@@ -7,7 +7,7 @@ times are the emulator's clock, which moves with the host's load and JIT, not wi
 (it read a 3.43× instruction ratio as 1.66×). ETDump ticks are nanoseconds to Inspector (its
 default ``source_time_scale``), so an ETDump whose ticks are instructions reads as 1 ms =
 1,000,000 instructions — the time model of the kit-facing ``*_ms`` values
-(:data:`pytest_sme2.report.artifacts.TIME_MODEL`) — and whichever kit tool reads it computes our
+(:data:`pytest_sme2.report.kit_json.TIME_MODEL`) — and whichever kit tool reads it computes our
 instruction ratio.
 
 Only the counted run is written: it is the one inference whose instructions were counted, event

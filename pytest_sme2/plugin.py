@@ -393,7 +393,7 @@ def sme2_measure(
             )
 
     def measure_case(label: str) -> Measurement:
-        from pytest_sme2.report.artifacts import Program
+        from pytest_sme2.report.kit_json import Program
 
         result = _or_fail(lambda: measured(label))
         request.node.stash[MEASUREMENT_KEY] = result

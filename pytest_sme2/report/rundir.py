@@ -32,16 +32,10 @@ from pytest_sme2.devices.base import DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.gates import Verdict
-from pytest_sme2.report.artifacts import (
-    GENERATOR,
-    MANIFEST_NAME,
-    SCHEMA_VERSION,
-    SESSION_REPORT_NAME,
-    Program,
-    write_artifacts,
-)
+from pytest_sme2.report.artifacts import MANIFEST_NAME, SESSION_REPORT_NAME, write_artifacts
 from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.content import fleet_table
+from pytest_sme2.report.kit_json import GENERATOR, SCHEMA_VERSION, Program
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
 from pytest_sme2.result import Measurement, VariantMeasurement
 from pytest_sme2.trace import read_etdump
