@@ -136,14 +136,20 @@ def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
     assert recounted.evidence.instructions == counted.evidence.instructions
     # the new entry is built before the old one goes, so a replaced entry is another inode
     assert sum(entry.stat().st_ino != before[entry] for entry in entries) == 1
-    # a damaged entry is counted again, and replaced by a whole one
+    # a damaged entry (its record cut short, or a file of the run gone) is counted again, and
+    # replaced by a whole one
     storing.recount = False
     for entry in entries:
         (entry / "count.json").write_text('{"format": 1, "counted_at"')
     damaged = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "d")
     assert damaged.evidence.stored_count_at == ""
     assert damaged.evidence.instructions == off.evidence.instructions
-    assert sum((e / "count.json").read_text().endswith("}") for e in entries) == 1
+    whole = [e for e in entries if (e / "count.json").read_text().endswith("}")]
+    assert len(whole) == 1
+    (whole[0] / "run.etdp").unlink()
+    again = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "e")
+    assert again.evidence.stored_count_at == ""
+    assert (whole[0] / "run.etdp").is_file()
 
 
 def test_a_thread_pools_count_is_never_stored(storing: QemuSme2Device, tmp_path: Path) -> None:

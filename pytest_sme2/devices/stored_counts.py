@@ -40,6 +40,7 @@ from typing import Any
 from pytest_sme2.attribution import ClockRead
 from pytest_sme2.cache import cache_root, content_key
 from pytest_sme2.devices.qemu_log import InstructionCount
+from pytest_sme2.errors import RunnerError
 from pytest_sme2.runner.invoke import (
     ETDUMP_NAME,
     LOG_NAME,
@@ -146,7 +147,7 @@ def load_count(store: Path, key: str, workdir: Path, plan: RunPlan) -> StoredCou
             init=_count_from_json(data["init"]) if data["init"] is not None else None,
             counted_at=data["counted_at"],
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RunnerError):  # RunnerError: a file gone
         return None
 
 
