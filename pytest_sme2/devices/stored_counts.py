@@ -158,13 +158,12 @@ def store_count(
     workdir: Path,
     executions: list[InstructionCount],
     init: InstructionCount | None,
-) -> str:
+) -> None:
     """Keep a counted run under ``key`` in ``store`` (replacing any entry), whole or not at
-    all: built beside it and renamed into place. Returns when it was counted (UTC)."""
+    all: built beside it and renamed into place, with when it was counted (UTC)."""
     counted_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    root = store
-    root.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
+    store.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=store))
     try:
         for name in _RUN_FILES:
             if (workdir / name).is_file():
@@ -179,16 +178,15 @@ def store_count(
         }
         (building / _COUNT_FILE).write_text(json.dumps(record))
         building.chmod(0o755)
-        entry = root / key
+        entry = store / key
         if entry.exists():  # a recount replaces it; the old one is moved aside, then removed
-            old = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".old", dir=root))
+            old = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".old", dir=store))
             os.replace(entry, old / key)
             shutil.rmtree(old, ignore_errors=True)
         with contextlib.suppress(OSError):  # another process stored the same count meanwhile
             os.replace(building, entry)
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    return counted_at
 
 
 def _count_json(count: InstructionCount) -> dict[str, Any]:
