@@ -28,6 +28,7 @@ from pytest_sme2.errors import ConfigError, ExportError, NumericsError
 from pytest_sme2.export import (
     MANIFEST_NAME,
     STAGES,
+    Artifact,
     artifact_dir,
     export_model,
     load_cached,
@@ -614,6 +615,57 @@ def test_prefetch_forks_safely_after_the_session_ran_parallel_torch(tmp_path: Pa
     assert done.stdout.strip().endswith("exported")
 
 
+WORKER_KILLED = """
+import os, signal, sys, warnings
+import torch
+
+sys.path.insert(0, {repo!r})
+from pytest_sme2.export import export_model, prefetch
+from pytest_sme2.models import ModelSpec
+
+SESSION = os.getpid()
+
+
+def linear(width=8):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, width)).eval()
+
+
+def inputs(seed, width=8):
+    return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def killed_inputs(seed, width=8):
+    if os.getpid() != SESSION:  # an export process: killed as the OOM killer would
+        os.kill(os.getpid(), signal.SIGKILL)
+    return inputs(seed)
+
+
+doomed = ModelSpec("killed_doomed", linear, killed_inputs, "", ("fp32",), (("width", 8),))
+fine = ModelSpec("killed_fine", linear, inputs, "", ("fp32",), (("width", 16),))
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    prefetch([(doomed, "fp32"), (fine, "fp32")], processes=2)
+for spec in (doomed, fine):
+    assert export_model(spec, "fp32").pte.is_file()
+print("|".join(str(w.message) for w in seen if "export process died" in str(w.message)))
+"""
+
+
+def test_prefetch_survives_an_export_process_killed(tmp_path: Path) -> None:
+    """An export process killed mid-export (the OOM killer) does not hang the session for ever,
+    as a ``multiprocessing.Pool`` does: the session says so and exports what is left itself."""
+    script = tmp_path / "worker_killed.py"
+    script.write_text(WORKER_KILLED.format(repo=str(Path(__file__).parents[1])))
+    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout.strip().splitlines()[-1]
+    assert "an export process died" in said and "one at a time" in said, said
+
+
 def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -637,3 +689,42 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     with pytest.raises(ExportError, match=r"side_broken\[fp32\] failed at build model"):
         export_model(broken, "fp32")
     assert time.perf_counter() - started < 1.0
+
+
+def test_an_export_runs_on_a_fresh_stack_without_garbage_collections(
+    export_cache: Path,
+) -> None:
+    """Lowering runs in a thread of its own, at the same shallow depth however deep the caller
+    (a pytest fixture; a process forked from one), with Python's garbage collector paused and
+    put back as it was after. Deep in a session's stack CPython 3.11 can map and unmap a 16 KiB
+    frame chunk on every call: seen, half of a forked export's CPU in the kernel."""
+    import gc
+    import inspect
+    import threading
+
+    seen: list[tuple[str, int, bool]] = []
+
+    def watched_inputs(seed: int) -> tuple[object, ...]:
+        seen.append(
+            (threading.current_thread().name, len(inspect.stack(context=0)), gc.isenabled())
+        )
+        return _one_input(seed)
+
+    def deep(levels: int) -> Artifact:
+        if levels:
+            return deep(levels - 1)
+        return export_model(
+            ModelSpec("fresh_stack", _linear, watched_inputs, ""),
+            "fp32",
+            cache_dir=export_cache,
+            check_numerics=False,
+        )
+
+    assert gc.isenabled()
+    assert deep(300).pte.is_file()
+    assert gc.isenabled()
+    exporting = [(depth, collecting) for name, depth, collecting in seen if name == "sme2-export"]
+    assert exporting, seen
+    assert all(depth < 60 and not collecting for depth, collecting in exporting), exporting
+    keying = [depth for name, depth, _ in seen if name != "sme2-export"]
+    assert min(keying) > 300  # the key is computed in the caller's thread, deep down
