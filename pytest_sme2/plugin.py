@@ -293,15 +293,24 @@ def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
     a registered program has nothing to export."""
     from pytest_sme2.export import prefetch
+    from pytest_sme2.program_key import traced_size
     from pytest_sme2.programs import ProgramSpec
+    from pytest_sme2.reference import REFERENCE
 
     cases: list[Case] = []
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "sme2_case" in callspec.params:
             cases.append(callspec.params["sme2_case"])
-    cases = [case for case in cases if not isinstance(case.model, ProgramSpec)]
-    pairs = list(dict.fromkeys((case.model, case.dtype) for case in cases))
+    if not cases:
+        return
+    exported = [case for case in cases if not isinstance(case.model, ProgramSpec)]
+    # every measurement times the reference workload beside its case (``sme2_reference``)
+    pairs = list(
+        dict.fromkeys([*((case.model, case.dtype) for case in exported), (REFERENCE, "fp32")])
+    )
+    # biggest graphs first: the phase ends on small exports, not on one long one with a core idle
+    pairs.sort(key=lambda pair: -traced_size(pair[0]))
     # xdist workers collect the same cases: each starts at its own offset, so two workers export
     # different cases side by side instead of queueing on one case's lock.
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))

@@ -72,6 +72,18 @@ def take_built(spec: ModelSpec) -> Any | None:
     return _BUILT.pop(spec, None)
 
 
+_SIZES: dict[ModelSpec, int] = {}
+"""How many nodes each graph program_fingerprint traced has."""
+
+
+def traced_size(spec: ModelSpec) -> int:
+    """The number of nodes in the graph :func:`program_fingerprint` traced for ``spec`` (0 if it
+    could not be traced): what an export's lowering time grows with, so a session can start its
+    biggest exports first and not end on one long export with the other core idle."""
+    program_fingerprint(spec)
+    return _SIZES.get(spec, 0)
+
+
 def program_fingerprint(spec: ModelSpec) -> str:
     """A hash of the program ``spec`` exports, from the model its factory builds.
 
@@ -119,6 +131,7 @@ def _hash_program(spec: ModelSpec) -> str:
     except Exception:  # the export fails the same way, at its own stage: say it there
         return f"unbuildable-{uuid.uuid4().hex}"
     _BUILT[spec] = model
+    _SIZES[spec] = len(graph.graph.nodes)
 
     lines = [f"trace {kind}", *_graph_lines(graph), *extra]
     for name, module in model.named_modules():

@@ -489,3 +489,29 @@ def test_a_model_that_computes_while_building_keys_the_same_on_any_thread_count(
         assert _hash_program(spec) == on_two
     finally:
         torch.set_num_threads(threads)
+
+
+def _layers(depth: int = 1) -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(depth))).eval()
+
+
+def _layers_inputs(seed: int, depth: int = 1) -> tuple[Any, ...]:
+    return _eight(seed)
+
+
+def test_the_traced_size_orders_exports_biggest_first() -> None:
+    """A session starts its biggest exports first (lowering time grows with the graph), so the
+    export phase does not end on one long export with the other core idle."""
+    from pytest_sme2.program_key import traced_size
+
+    small, big = (
+        ModelSpec(f"sized_{depth}", _layers, _layers_inputs, "", ("fp32",), (("depth", depth),))
+        for depth in (1, 6)
+    )
+    assert traced_size(big) > traced_size(small) > 0
+    assert traced_size(ModelSpec("sized_unbuildable", _unbuildable, _eight, "")) == 0
+
+
+def _unbuildable() -> Any:
+    raise FileNotFoundError("weights.pt")
