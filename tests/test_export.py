@@ -573,12 +573,12 @@ def _eight(seed: int, width: int = 8) -> tuple[object, ...]:
     return _one_input(seed)
 
 
-AFTER_PARALLEL_TORCH = """
-import sys
+SESSION_SCRIPT = """
+import os, signal, sys, warnings
 import torch
 
 sys.path.insert(0, {repo!r})
-from pytest_sme2.export import prefetch
+from pytest_sme2.export import export_model, prefetch
 from pytest_sme2.models import ModelSpec
 
 
@@ -589,13 +589,28 @@ def linear(width=8):
 
 def inputs(seed, width=8):
     return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+"""
+"""The head of a script that plays a session exporting side by side, in a process of its own."""
 
 
+def _run_session_script(tmp_path: Path, body: str) -> str:
+    """Run :data:`SESSION_SCRIPT` + ``body`` with a cache of its own; its last line of output."""
+    script = tmp_path / "session.py"
+    script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[1])) + body)
+    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+AFTER_PARALLEL_TORCH = """
 x = torch.randn(2000, 2000)
 for _ in range(3):  # the session's own parallel torch work: GNU OpenMP's thread team exists
     x.clone() @ x
 specs = [
-    ModelSpec(f"forked_{{w}}", linear, inputs, "", ("fp32",), (("width", w),)) for w in (8, 16)
+    ModelSpec(f"forked_{w}", linear, inputs, "", ("fp32",), (("width", w),)) for w in (8, 16)
 ]
 prefetch([(spec, "fp32") for spec in specs], processes=2)
 print("exported")
@@ -605,34 +620,11 @@ print("exported")
 def test_prefetch_forks_safely_after_the_session_ran_parallel_torch(tmp_path: Path) -> None:
     """A forked export after parallel torch work in the session finishes (it hung for ever in a
     futex before the forked processes were put on one thread: GNU OpenMP is not fork-safe)."""
-    script = tmp_path / "after_parallel_torch.py"
-    script.write_text(AFTER_PARALLEL_TORCH.format(repo=str(Path(__file__).parents[1])))
-    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().endswith("exported")
+    assert _run_session_script(tmp_path, AFTER_PARALLEL_TORCH) == "exported"
 
 
 WORKER_KILLED = """
-import os, signal, sys, warnings
-import torch
-
-sys.path.insert(0, {repo!r})
-from pytest_sme2.export import export_model, prefetch
-from pytest_sme2.models import ModelSpec
-
 SESSION = os.getpid()
-
-
-def linear(width=8):
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, width)).eval()
-
-
-def inputs(seed, width=8):
-    return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
 
 
 def killed_inputs(seed, width=8):
@@ -655,14 +647,7 @@ print("|".join(str(w.message) for w in seen if "export process died" in str(w.me
 def test_prefetch_survives_an_export_process_killed(tmp_path: Path) -> None:
     """An export process killed mid-export (the OOM killer) does not hang the session for ever,
     as a ``multiprocessing.Pool`` does: the session says so and exports what is left itself."""
-    script = tmp_path / "worker_killed.py"
-    script.write_text(WORKER_KILLED.format(repo=str(Path(__file__).parents[1])))
-    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    said = done.stdout.strip().splitlines()[-1]
+    said = _run_session_script(tmp_path, WORKER_KILLED)
     assert "an export process died" in said and "one at a time" in said, said
 
 
