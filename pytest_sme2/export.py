@@ -372,8 +372,12 @@ def _on_fresh_stack(work: Callable[[], None]) -> None:
     seen, 12,000 mmap/munmap pairs a second, half of the export's CPU in the kernel and
     mobilenet_v3_small fp32 lowered in 29 s instead of 14. A new thread starts its own stack,
     so an export runs at the same shallow depth whoever calls it (``benchmarks/
-    export_parallel.py`` measures the phase). A daemon: an interrupted session does not wait
-    for the export to finish (its half-built entry is never published, see ``cached_dir``).
+    export_parallel.py`` measures the phase). It also starts with torch's per-thread state at
+    its defaults, whatever the caller's: vit_tiny's programs exported inside a session before
+    this carried ``requires_grad`` on 77 activation values, where a standalone process and the
+    export thread leave it off (delegates, instructions and memory plan byte-identical). A
+    daemon: an interrupted session does not wait for the export to finish (its half-built
+    entry is never published, see ``cached_dir``).
     """
     failure: list[BaseException] = []
 
