@@ -52,6 +52,7 @@ import gc
 import json
 import multiprocessing
 import os
+import signal
 import socket
 import tempfile
 import threading
@@ -290,12 +291,15 @@ def _export_in_processes(processes: int, context: Any) -> None:
     out-of-memory killer, a crash in native code) the Pool waits for its task for ever, the
     executor says so. Then the pairs not exported yet are left to the caller, one at a time.
     """
-    with ProcessPoolExecutor(processes, mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_exporter) as pool:
         futures = [pool.submit(_export_pending, index) for index in range(len(_PENDING))]
         for (spec, dtype), future in zip(_PENDING, futures, strict=True):
             try:
                 failure = future.result()
-            except BrokenProcessPool:
+            except BaseException as err:
+                if not isinstance(err, BrokenProcessPool):  # Ctrl-C, SIGTERM: start no more
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
                 warnings.warn(
                     "an export process died while exporting side by side (killed without a "
                     "word: out of memory?); the exports not finished then, from "
@@ -317,8 +321,28 @@ def _import_lowering() -> None:
         from executorch.backends.xnnpack.partition import xnnpack_partitioner  # noqa: F401
 
 
+def _exporter() -> None:
+    """In a forked export process, before anything else: torch on one thread, and an interrupt
+    ends the process at once.
+
+    An interrupt (Ctrl-C reaches the whole process group; SIGTERM arrives as ``Terminated``,
+    :mod:`pytest_sme2.interrupt`) would otherwise stop only the wait for the export's thread:
+    the process would take its next export while the first still ran, two exports sharing
+    torch's global state in one process (seen: every queued export "failed" within a second,
+    the session ending 7 s after Ctrl-C). Exiting leaves no entry half-published: an entry is
+    renamed into place whole, and the next builder clears a killed one's temporary directory.
+    """
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_now)
+    _one_thread()
+
+
+def _exit_now(signum: int, frame: object) -> None:
+    os._exit(128 + signum)
+
+
 def _one_thread() -> None:
-    """In a forked process, before anything else: torch on one thread.
+    """Torch on one thread, in a forked process.
 
     GNU OpenMP is not fork-safe: once the session has run a parallel torch op (building and
     tracing models for their keys does), a forked child's first parallel op waits for a thread

@@ -651,6 +651,68 @@ def test_prefetch_survives_an_export_process_killed(tmp_path: Path) -> None:
     assert "an export process died" in said and "one at a time" in said, said
 
 
+INTERRUPTED = """
+signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test runner left
+from pytest_sme2.program_key import artifact_key
+
+SESSION = os.getpid()
+STARTS = os.path.join(os.environ["SME2_CACHE_DIR"], "starts")
+
+
+def counted_inputs(seed, width=8):
+    if os.getpid() != SESSION:  # an export process starts an export
+        with open(STARTS, "a") as starts:
+            starts.write("started\\n")
+    return inputs(seed)
+
+
+specs = [
+    ModelSpec(f"interrupted_{w}", linear, counted_inputs, "", ("fp32",), (("width", w),))
+    for w in range(8, 136, 16)
+]
+for spec in specs:  # keyed here, as a session keys its cases before exporting them
+    artifact_key(spec, "fp32")
+print("exporting", flush=True)
+try:
+    prefetch([(spec, "fp32") for spec in specs], processes=2)
+except KeyboardInterrupt:
+    exports = os.path.join(os.environ["SME2_CACHE_DIR"], "exports")
+    done = [name for name in os.listdir(exports) if name.endswith(tuple("0123456789abcdef"))]
+    started = len(open(STARTS).read().split())
+    print(f"interrupted with {len(done)} exported, {started} started", flush=True)
+"""
+
+
+def test_ctrl_c_stops_the_side_by_side_exports_at_once(tmp_path: Path) -> None:
+    """Ctrl-C reaches the session and its export processes alike: the processes end there and
+    then, instead of taking their next export while the interrupted one still runs on its
+    thread (seen: every queued export "failed" at once, two exports sharing one process)."""
+    import signal
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[1])) + INTERRUPTED)
+    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+    session = subprocess.Popen(
+        [sys.executable, str(script)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's Ctrl-C meets it
+    )
+    assert session.stdout is not None
+    assert session.stdout.readline().strip() == "exporting"
+    time.sleep(4.0)  # the two processes are lowering
+    os.killpg(session.pid, signal.SIGINT)
+    out, err = session.communicate(timeout=60)
+    assert "interrupted with" in out, err[-2000:]
+    words = out.split("interrupted with ")[1].split()
+    exported, started = int(words[0]), int(words[2])
+    assert exported < 8, out
+    # at most the two exports running when Ctrl-C came were left unfinished: none started after
+    assert started <= exported + 2, out
+
+
 def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
