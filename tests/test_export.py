@@ -589,18 +589,25 @@ def linear(width=8):
 
 def inputs(seed, width=8):
     return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+SESSION = os.getpid()  # the session's process; any other is an export process it forked
 """
 """The head of a script that plays a session exporting side by side, in a process of its own."""
 
 
-def _run_session_script(tmp_path: Path, body: str) -> str:
-    """Run :data:`SESSION_SCRIPT` + ``body`` with a cache of its own; its last line of output."""
+def _session_script(tmp_path: Path, body: str) -> tuple[list[str], dict[str, str]]:
+    """The command that runs :data:`SESSION_SCRIPT` + ``body``, and its environment (a cache of
+    its own)."""
     script = tmp_path / "session.py"
     script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[1])) + body)
-    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
+    return [sys.executable, str(script)], {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def _run_session_script(tmp_path: Path, body: str) -> str:
+    """Run :data:`SESSION_SCRIPT` + ``body`` to its end; its last line of output."""
+    command, env = _session_script(tmp_path, body)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
 
@@ -624,9 +631,6 @@ def test_prefetch_forks_safely_after_the_session_ran_parallel_torch(tmp_path: Pa
 
 
 WORKER_KILLED = """
-SESSION = os.getpid()
-
-
 def killed_inputs(seed, width=8):
     if os.getpid() != SESSION:  # an export process: killed as the OOM killer would
         os.kill(os.getpid(), signal.SIGKILL)
@@ -655,7 +659,6 @@ INTERRUPTED = """
 signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test runner left
 from pytest_sme2.program_key import artifact_key
 
-SESSION = os.getpid()
 STARTS = os.path.join(os.environ["SME2_CACHE_DIR"], "starts")
 
 
@@ -689,11 +692,9 @@ def test_ctrl_c_stops_the_side_by_side_exports_at_once(tmp_path: Path) -> None:
     thread (seen: every queued export "failed" at once, two exports sharing one process)."""
     import signal
 
-    script = tmp_path / "interrupted.py"
-    script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[1])) + INTERRUPTED)
-    env = {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+    command, env = _session_script(tmp_path, INTERRUPTED)
     session = subprocess.Popen(
-        [sys.executable, str(script)],
+        command,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
