@@ -304,12 +304,19 @@ def test_kill_9_at_the_baseline_rename_leaves_no_stray_file_after_the_next_sessi
     assert [p.name for p in (baselines / "host").iterdir()] == ["kept-fp32.json"]
 
 
-def test_kill_9_of_a_process_in_a_runner_call_leaves_no_runner_alive(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("guard", "marker"), [("compiled", "3600.5731"), ("preexec_fn", "3600.5732")]
+)
+def test_kill_9_of_a_process_in_a_runner_call_leaves_no_runner_alive(
+    tmp_path: Path, guard: str, marker: str
+) -> None:
     """A kill -9 runs no ``finally``: the runner (here a process that runs for an hour) gets the
-    parent-death signal instead of running on, re-parented to PID 1."""
-    marker = "3600.5731"
+    parent-death signal instead of running on, re-parented to PID 1 — armed by the compiled
+    guard, and by Python's ``preexec_fn`` where there is no C compiler."""
+    no_compiler = "import shutil; shutil.which = lambda name, *a, **k: None\n"
     code = (
-        "from pytest_sme2.runner.invoke import run_process\n"
+        (no_compiler if guard == "preexec_fn" else "")
+        + "from pytest_sme2.runner.invoke import run_process\n"
         f"run_process(['sleep', '{marker}'], timeout_s=7200)\n"
     )
     caller = subprocess.Popen([sys.executable, "-c", code])

@@ -9,20 +9,19 @@ can never be mistaken for the previous one's results.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
 import shlex
 import signal
 import subprocess
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.runner import dies_with_parent
 
 #: The deadline of a native run when none is given (``--sme2-timeout``): generous, since a run
 #: may hold hundreds of inferences; an emulating device sets a longer one of its own.
@@ -294,11 +293,13 @@ def run_process(
     what the command wrote.
 
     A kill -9 of pytest runs none of that: on Linux the process also gets SIGKILL when its
-    parent dies (:func:`_dies_with_parent`), so a runner or qemu never runs on for minutes,
-    re-parented to PID 1. Elsewhere it is left to the process group's other deadlines.
+    parent dies (:mod:`pytest_sme2.runner.dies_with_parent`), so a runner or qemu never runs on
+    for minutes, re-parented to PID 1. Elsewhere it is left to the process group's other
+    deadlines.
     """
+    started, preexec = dies_with_parent.guarded(command)
     proc = subprocess.Popen(
-        command,
+        started,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -306,7 +307,7 @@ def run_process(
         env=dict(env) if env is not None else None,
         cwd=cwd,
         start_new_session=True,
-        preexec_fn=_dies_with_parent(),
+        preexec_fn=preexec,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -318,29 +319,8 @@ def run_process(
         _kill_group(proc)
         proc.communicate()
         raise
+    dies_with_parent.raise_if_not_started(proc.returncode, stderr, command)
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
-
-
-#: ``prctl`` option: the signal a process gets when the thread that started it ends
-#: (linux/prctl.h). Kept across ``exec`` (qemu, a wrapper script that execs the runner).
-PR_SET_PDEATHSIG = 1
-
-
-def _dies_with_parent() -> Callable[[], None] | None:
-    """What a new process runs before ``exec`` on Linux: SIGKILL to it when its parent dies;
-    None elsewhere. Armed in the child, then checked: a parent that died before the signal was
-    armed would never send it, and the child then ends itself at once."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in it
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return arm
 
 
 def run_step(
