@@ -86,6 +86,7 @@ from pytest_sme2.numerics import (
     degenerate,
 )
 from pytest_sme2.program_key import RECIPE_VERSION, artifact_key, package_versions, take_built
+from pytest_sme2.provenance import provenance_shared
 from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.recipes import (
     CALIBRATION_SEEDS,
@@ -198,7 +199,7 @@ def export_model(
                 nonlocal running
                 running = work.enter_context(progress.task(f"export {spec.name}[{dtype}]"))
                 stages = _Stages(spec.name, dtype, running)
-                with quiet_libraries(), _collections_paused():
+                with quiet_libraries(), _collections_paused(), provenance_shared():
                     _on_fresh_stack(lambda: _build(spec, dtype, key, out, stages))
 
             cached_dir(directory, build)
