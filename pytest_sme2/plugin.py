@@ -292,7 +292,7 @@ def sme2_reference() -> tuple[Path, Path]:
 def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
     a registered program has nothing to export."""
-    from pytest_sme2.export import prefetch
+    from pytest_sme2.prefetch import prefetch
     from pytest_sme2.program_key import traced_size
     from pytest_sme2.programs import ProgramSpec
     from pytest_sme2.reference import REFERENCE

@@ -1,7 +1,7 @@
 """Progress of long work — exports, runner builds, slow measurements — while it runs, and what it
 cost.
 
-A cold session exports every case before its first test reports (``export.prefetch``), 6–96 s
+A cold session exports every case before its first test reports (``prefetch.prefetch``), 6–96 s
 each for real architectures: 20 of them kept a terminal at ``test_zoo.py`` for 17 minutes with
 nothing else said. So each long step is a :func:`task` naming what (``export toy_cnn[int8]``),
 its current stage and how long both have run, written

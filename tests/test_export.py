@@ -578,7 +578,8 @@ import os, signal, sys, warnings
 import torch
 
 sys.path.insert(0, {repo!r})
-from pytest_sme2.export import export_model, prefetch
+from pytest_sme2.export import export_model
+from pytest_sme2.prefetch import prefetch
 from pytest_sme2.models import ModelSpec
 
 
@@ -727,7 +728,7 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
 ) -> None:
     """Each pair is exported by a forked process (the manifest names its pid), two at once, and
     a failure in one is remembered by the session: its test gets it at once."""
-    from pytest_sme2.export import prefetch
+    from pytest_sme2.prefetch import prefetch
 
     monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
     narrow = ModelSpec("side_narrow", _linear, _eight, "", ("fp32",), (("width", 8),))
