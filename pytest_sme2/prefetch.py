@@ -4,8 +4,7 @@ A session calls :func:`prefetch` with every (model, dtype) pair it collected; a 
 remembered by :mod:`pytest_sme2.export` and raised again when its own test asks for it. The
 export itself (cache, numerics, stages) is :func:`pytest_sme2.export.export_model`'s; this module
 keeps the processes: forked so they inherit the session's registry, one torch thread each, ended
-at once by an interrupt, and their garbage left to their exit while memory allows
-(:func:`_collect_over_budget`).
+at once by an interrupt.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import warnings
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
 from typing import Any
 
 from pytest_sme2.errors import ExportError, NumericsError
@@ -76,10 +74,7 @@ def _export_in_processes(processes: int, context: Any) -> None:
     out-of-memory killer, a crash in native code) the Pool waits for its task for ever, the
     executor says so. Then the pairs not exported yet are left to the caller, one at a time.
     """
-    budget = _garbage_budget(processes)
-    with ProcessPoolExecutor(
-        processes, mp_context=context, initializer=_exporter, initargs=(budget,)
-    ) as pool:
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_exporter) as pool:
         futures = [pool.submit(_export_pending, index) for index in range(len(_PENDING))]
         for (spec, dtype), future in zip(_PENDING, futures, strict=True):
             try:
@@ -109,10 +104,9 @@ def _import_lowering() -> None:
         from executorch.backends.xnnpack.partition import xnnpack_partitioner  # noqa: F401
 
 
-def _exporter(budget: int) -> None:
+def _exporter() -> None:
     """In a forked export process, before anything else: an interrupt ends the process at once,
-    torch runs on one thread, and the garbage collector is off but for ``budget``
-    (:func:`_collect_over_budget`).
+    and torch runs on one thread.
 
     An interrupt (Ctrl-C reaches the whole process group; SIGTERM arrives as ``Terminated``,
     :mod:`pytest_sme2.interrupt`) would otherwise stop only the wait for the export's thread:
@@ -132,9 +126,6 @@ def _exporter(budget: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    global _BUDGET, _FORKED_RSS
-    _BUDGET, _FORKED_RSS = budget, _rss_bytes() or 0
-    gc.disable()  # for the process's life: see _collect_over_budget
 
 
 def _exit_now(signum: int, frame: object) -> None:
@@ -151,64 +142,4 @@ def _export_pending(index: int) -> tuple[str, str, str, str] | None:
         return None  # the entry is cached with its errors: the caller's own look raises it
     except ExportError as err:
         return err.model, err.dtype, err.stage, err.cause
-    finally:
-        _collect_over_budget()
-    return None
-
-
-#: The most an export process's resident memory may grow over what it was forked with before it
-#: collects its garbage (and never more than half the memory available at the fork, shared
-#: among the processes). See :func:`_collect_over_budget`.
-GARBAGE_BUDGET_BYTES = 2 << 30
-
-_BUDGET = 0
-"""This export process's budget (bytes); 0: collect after every export."""
-_FORKED_RSS = 0
-"""This export process's resident memory when it started."""
-
-
-def _garbage_budget(processes: int) -> int:
-    """Each export process's budget: :data:`GARBAGE_BUDGET_BYTES`, or less where half the
-    memory available now, shared among ``processes``, is less; 0 where that is unknown."""
-    available = _meminfo_bytes("MemAvailable")
-    if available is None:
-        return 0
-    return min(GARBAGE_BUDGET_BYTES, available // (2 * processes))
-
-
-def _collect_over_budget() -> bool:
-    """After an export, in an export process: collect its garbage only if the process has grown
-    past its budget; whether it collected.
-
-    Why: the export runs with the collector paused (:func:`pytest_sme2.export.
-    _collections_paused`), so every object it made is still in the youngest generation after
-    it, and the first collection walks them all — 0.7 s after a mobilenet_v3_small fp32 export,
-    1.6 s after tiny_llama_decode 8da4w, 2.3 s after vit_tiny int8 (589,000 to 1,570,000
-    objects; 2–86 MB of resident memory freed). An export process ends with ``os._exit``,
-    which frees it all for nothing, so while memory allows it keeps its garbage.
-    """
-    rss = _rss_bytes()
-    if rss is not None and rss - _FORKED_RSS <= _BUDGET:
-        return False
-    gc.collect()
-    return True
-
-
-def _rss_bytes() -> int | None:
-    """This process's resident memory (Linux), None elsewhere."""
-    try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _meminfo_bytes(field: str) -> int | None:
-    """A ``/proc/meminfo`` field in bytes (Linux), None elsewhere."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name == field:
-                return int(value.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return None
