@@ -13,10 +13,12 @@ import gc
 import multiprocessing
 import os
 import signal
+import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from pytest_sme2.errors import ExportError, NumericsError
@@ -43,7 +45,8 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
     _PENDING = list(pairs)
     forking = "fork" in multiprocessing.get_all_start_methods()
     if processes > 1 and len(_PENDING) > 1 and forking:
-        _import_lowering()
+        with _host_runner_built_meanwhile():
+            _import_lowering()
         context = multiprocessing.get_context("fork")
         # The session's objects (every model built for its key) out of the children's garbage
         # collections: a child's full collection walks every object it inherited and writes
@@ -92,6 +95,29 @@ def _export_in_processes(processes: int, context: Any) -> None:
                 raise
             if failure is not None:
                 _FAILURES[(artifact_dir(spec, dtype), True)] = ExportError(*failure)
+
+
+@contextmanager
+def _host_runner_built_meanwhile() -> Iterator[None]:
+    """Build the host runner on a thread of its own while the block runs; wait for it after.
+
+    Why: every export's numerics check runs the program in the host runner, so on a fresh
+    machine the first export of each process waited for its build (CMake and a compiler, 2.8 s
+    in a cold main job), while the import before the fork (:func:`_import_lowering`, 4 s of
+    one core) left the other core idle. Joined before the session forks, so no thread of ours
+    runs across the fork; not waited for when the block is interrupted. A failed build is left
+    to the numerics check, which builds again and says why.
+    """
+    from pytest_sme2.runner import build_runner
+
+    def build() -> None:
+        with suppress(Exception):
+            build_runner("host")
+
+    thread = threading.Thread(target=build, name="sme2-runner-build", daemon=True)
+    thread.start()
+    yield
+    thread.join()
 
 
 def _import_lowering() -> None:
