@@ -1,12 +1,13 @@
 """A tiny Llama-style decoder in its two phases, the way ExecuTorch users ship LLMs.
 
 Llama's blocks at toy width: RMSNorm, rotary position embeddings, grouped-query attention (6
-query heads sharing 2 key/value heads), a SwiGLU MLP, untied embedding and LM head; 2 layers,
-9.4 M parameters at the defaults (two more layers added nothing the example shows — the same
-kernels, categories and prefill/decode contrast — and 40 % to the README's main job: an LLM's
-lowering costs by the layer, its six exports were 40 % of the job's export CPU). The KV cache is static and lives in the module as mutable buffers
-(``k_cache``/``v_cache``, the whole context window), written in place at the positions given, as
-ExecuTorch's ``-kv`` export does without its custom SDPA operator. One module, two programs:
+query heads sharing 2 key/value heads), a SwiGLU MLP, untied embedding and LM head; 2 blocks,
+9.4 M parameters at the defaults (4 blocks showed nothing more — the same kernels, categories
+and prefill/decode contrast — and an LLM's lowering costs by the block: its six exports were
+40 % of the README main job's export CPU). The KV cache is static and lives in the module as
+mutable buffers (``k_cache``/``v_cache``, the whole context window), written in place at the
+positions given, as ExecuTorch's ``-kv`` export does without its custom SDPA operator. One
+module, two programs:
 
 - ``tiny_llama_prefill``: the prompt's tokens in one call (positions 0…N−1) into an empty cache —
   matrix × matrix work, GEMM-bound.
