@@ -65,7 +65,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from pytest_sme2 import progress
+from pytest_sme2 import export_failures, progress
 from pytest_sme2.cache import cache_root, cached_dir, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.models import ModelSpec
@@ -184,7 +184,10 @@ def export_model(
         )
     directory = artifact_dir(spec, dtype, cache_dir)
     previous = _FAILURES.get((directory, check_numerics))
+    if previous is None and not directory.is_dir():
+        previous = export_failures.recorded(directory)
     if previous is not None:
+        _FAILURES[(directory, check_numerics)] = previous
         raise previous
     key = directory.name.rsplit("-", 1)[-1]
     try:
@@ -217,8 +220,16 @@ def export_model(
                     )
     except ExportError as err:
         _FAILURES[(directory, check_numerics)] = err
+        if not directory.is_dir():
+            export_failures.record(directory, err)
         raise
     return artifact
+
+
+def settled(spec: ModelSpec, dtype: str) -> bool:
+    """Whether ``spec`` × ``dtype`` is exported, or failed as recorded: nothing to lower."""
+    directory = artifact_dir(spec, dtype)
+    return directory.is_dir() or export_failures.recorded(directory) is not None
 
 
 _WARNED: set[Path] = set()

@@ -22,7 +22,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from pytest_sme2.errors import ExportError, NumericsError
-from pytest_sme2.export import _FAILURES, artifact_dir, export_model
+from pytest_sme2.export import _FAILURES, artifact_dir, export_model, settled
 from pytest_sme2.models import ModelSpec
 from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 
@@ -42,7 +42,9 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
     building one entry. Where fork is not offered (macOS, Windows), one at a time.
     """
     global _PENDING
-    _PENDING = list(pairs)
+    every = list(pairs)
+    # only what must be lowered goes to the processes: a warm session forks nothing
+    _PENDING = [(spec, dtype) for spec, dtype in every if not settled(spec, dtype)]
     forking = "fork" in multiprocessing.get_all_start_methods()
     if processes > 1 and len(_PENDING) > 1 and forking:
         with _host_runner_built_meanwhile():
@@ -57,9 +59,9 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
             _export_in_processes(min(processes, len(_PENDING)), context)
         finally:
             gc.unfreeze()
-    for spec, dtype in _PENDING:
+    for spec, dtype in every:
         try:
-            export_model(spec, dtype)  # a warm hit where a process exported it
+            export_model(spec, dtype)  # a warm hit, or where a process exported it
         except ExportError:
             continue  # remembered in _FAILURES
     _PENDING = []

@@ -142,7 +142,10 @@ CALIBRATION_FAILURE = (
 )
 
 
-def test_static_int8_that_pt2e_cannot_calibrate_says_so_and_names_the_operator() -> None:
+def test_static_int8_that_pt2e_cannot_calibrate_says_so_and_names_the_operator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))  # exported, not a recorded failure
     with pytest.raises(ExportError) as refused:
         export_model(POSITIONS, "int8")
     assert str(refused.value) == (

@@ -1,0 +1,152 @@
+"""Export failures recorded on disk: replayed while nothing they depend on changed, never when
+the machine was the cause, and a warm session that has nothing to lower forks nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("executorch")
+
+from pytest_sme2 import export, export_failures, prefetch
+from pytest_sme2.errors import ExportError
+from pytest_sme2.export import artifact_dir, export_model
+from pytest_sme2.models import ModelSpec
+
+
+def _branchy() -> object:
+    """torch.export cannot trace it: Python control flow on a tensor's value."""
+    import torch
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if x.sum() > 0 else x - 1
+
+    return Branchy().eval()
+
+
+def _linear(width: int = 8) -> object:
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU()).eval()
+
+
+def _inputs(seed: int, width: int = 8) -> tuple[object, ...]:
+    import torch
+
+    return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+BRANCHY = ModelSpec("branchy_recorded", _branchy, _inputs, "")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of the test's own, and a process that remembers no failure: a new session."""
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(export, "_FAILURES", {})
+    return tmp_path / "exports"
+
+
+def _new_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(export, "_FAILURES", {})
+
+
+def _no_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
+    def lowered(*args: object) -> None:
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(export, "_build", lowered)
+
+
+def test_a_failure_of_the_program_is_recorded_and_raised_again_without_exporting(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ExportError) as first:
+        export_model(BRANCHY, "fp32")
+    record = export_failures.record_path(artifact_dir(BRANCHY, "fp32"))
+    assert json.loads(record.read_text())["stage"] == "torch.export"
+
+    _new_session(monkeypatch)
+    _no_lowering(monkeypatch)
+    with pytest.raises(ExportError) as again:
+        export_model(BRANCHY, "fp32")
+    assert (again.value.model, again.value.dtype, again.value.stage) == (
+        "branchy_recorded",
+        "fp32",
+        "torch.export",
+    )
+    assert again.value.cause.startswith(first.value.cause + " (recorded ")
+    assert f"delete {record} to export again" in str(again.value)
+
+
+def test_a_changed_pytest_sme2_exports_again(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ExportError):
+        export_model(BRANCHY, "fp32")
+    _new_session(monkeypatch)
+    monkeypatch.setattr(export_failures, "sources_digest", lambda: "another pytest-sme2")
+    _no_lowering(monkeypatch)
+    with pytest.raises(AssertionError, match="exported again"):
+        export_model(BRANCHY, "fp32")
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        MemoryError(),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"
+        ),
+        OSError(28, "No space left on device"),
+    ],
+    ids=["MemoryError", "torch out of memory", "OSError"],
+)
+def test_a_failure_of_the_machine_is_not_recorded(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, cause: BaseException
+) -> None:
+    def lower(exported: object) -> object:
+        raise cause
+
+    monkeypatch.setattr(export, "lower", lower)
+    spec = ModelSpec("machine_failed", _linear, _inputs, "")
+    with pytest.raises(ExportError) as caught:
+        export_model(spec, "fp32")
+    assert caught.value.stage == "lower"
+    assert not export_failures.record_path(artifact_dir(spec, "fp32")).exists()
+
+
+def test_an_unreadable_record_is_ignored_and_written_again(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = export_failures.record_path(artifact_dir(BRANCHY, "fp32"))
+    record.parent.mkdir(parents=True)
+    record.write_text('{"format": 1, "stage": ')  # cut short
+    with pytest.raises(ExportError) as caught:
+        export_model(BRANCHY, "fp32")
+    assert "recorded" not in caught.value.cause  # it was exported, and failed, afresh
+    assert json.loads(record.read_text())["cause"] == caught.value.cause
+
+
+def test_a_warm_session_forks_no_export_process(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exported pairs and recorded failures are settled: nothing goes to the processes (which
+    would import the lowering, 4 s, and fork the session to find that out)."""
+    pairs = [
+        (ModelSpec(f"warm_{w}", _linear, _inputs, "", ("fp32",), (("width", w),)), "fp32")
+        for w in (8, 16)
+    ]
+    prefetch.prefetch([*pairs, (BRANCHY, "fp32")], processes=1)
+    _new_session(monkeypatch)
+
+    def forked(*args: object) -> None:
+        raise AssertionError("forked export processes")
+
+    monkeypatch.setattr(prefetch, "_export_in_processes", forked)
+    prefetch.prefetch([*pairs, (BRANCHY, "fp32")], processes=2)
+    assert export_model(*pairs[0]).pte.is_file()
+    with pytest.raises(ExportError, match="recorded"):
+        export_model(BRANCHY, "fp32")
