@@ -22,6 +22,19 @@ class TraceError(Sme2Error):
         super().__init__(f"{path}: {problem}")
 
 
+#: The stages an export can fail at (``ExportError.stage``), in pipeline order.
+STAGES: tuple[str, ...] = (
+    "build model",
+    "torch.export",
+    "quantize",
+    "lower",
+    "to_executorch",
+    "serialize",
+    "etrecord",
+    "numerics",
+)
+
+
 class ExportError(Sme2Error):
     """A model × dtype that could not be exported (or exported with wrong numerics)."""
 

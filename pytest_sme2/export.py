@@ -102,18 +102,6 @@ INPUTS_NAME = "inputs.tensors"
 EXPECTED_OUTPUTS_NAME = "expected_outputs.tensors"
 MANIFEST_FORMAT = 2
 
-#: The stages an export can fail at (``ExportError.stage``), in pipeline order.
-STAGES: tuple[str, ...] = (
-    "build model",
-    "torch.export",
-    "quantize",
-    "lower",
-    "to_executorch",
-    "serialize",
-    "etrecord",
-    "numerics",
-)
-
 
 @dataclass(frozen=True)
 class Artifact:

@@ -28,19 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_sme2.cache import content_key, write_atomic
-from pytest_sme2.errors import ExportError, RunnerError
+from pytest_sme2.errors import STAGES, ExportError, RunnerError
 
 SUFFIX = ".failed.json"
 FORMAT = 1
 
-#: The stages that only compute: a failure there is the program's, not the machine's.
-RECORDED_STAGES: tuple[str, ...] = (
-    "build model",
-    "torch.export",
-    "quantize",
-    "lower",
-    "to_executorch",
-)
+#: The stages that only compute, up to ``to_executorch``: a failure there is the program's.
+RECORDED_STAGES: tuple[str, ...] = STAGES[: STAGES.index("to_executorch") + 1]
 #: Causes that are the machine's, whatever the stage: never recorded.
 _MACHINE_CAUSES: tuple[type[BaseException], ...] = (
     MemoryError,

@@ -24,10 +24,9 @@ pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
 import models  # noqa: F401  (registers the examples)
-from pytest_sme2.errors import ConfigError, ExportError, NumericsError
+from pytest_sme2.errors import STAGES, ConfigError, ExportError, NumericsError
 from pytest_sme2.export import (
     MANIFEST_NAME,
-    STAGES,
     Artifact,
     artifact_dir,
     export_model,
