@@ -42,12 +42,12 @@ sys.path.insert(0, str(REPO))
 
 import models  # noqa: E402, F401  (registers the examples)
 from pytest_sme2 import export, program_key, recipes  # noqa: E402
-from pytest_sme2.errors import ExportError  # noqa: E402
+from pytest_sme2.errors import STAGES, ExportError  # noqa: E402
 from pytest_sme2.models import ModelSpec, get_model, registered_models  # noqa: E402
 
 TARGET = 1.2
 #: Our stages as the table shows them, in pipeline order ("key" is the traced-program key).
-OUR_STAGES = ("key", *export.STAGES)
+OUR_STAGES = ("key", *STAGES)
 BARE_STAGES = ("build model", "torch.export", "quantize", "lower", "to_executorch")
 
 
