@@ -309,10 +309,10 @@ def sme2_exports(request: pytest.FixtureRequest) -> None:
     pairs = list(
         dict.fromkeys([*((case.model, case.dtype) for case in exported), (REFERENCE, "fp32")])
     )
-    # biggest graphs first: the phase ends on small exports, not on one long one with a core idle
+    # xdist workers collect the same cases: each starts at its own offset of one order (biggest
+    # graphs first, as a session alone exports), so two workers export different cases side by
+    # side instead of queueing on one case's lock.
     pairs.sort(key=lambda pair: -traced_size(pair[0]))
-    # xdist workers collect the same cases: each starts at its own offset, so two workers export
-    # different cases side by side instead of queueing on one case's lock.
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     start = len(pairs) * worker // workers

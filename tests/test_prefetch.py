@@ -3,6 +3,7 @@ forked from real sessions: tests/test_export.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -24,3 +25,38 @@ def test_the_host_runner_is_built_while_the_session_imports_the_lowering(
     (entry,) = (tmp_path / "runner").glob("host-*[!k]")  # not the .lock beside it
     assert build_runner("host") == entry / "sme2_runner"
     assert (entry / "sme2_runner").is_file()
+
+
+def _layers(count: int) -> object:
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(count))).eval()
+
+
+def _eight(seed: int, count: int = 1) -> tuple[object, ...]:
+    import torch
+
+    return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_a_session_alone_hands_its_processes_the_biggest_graphs_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever order it is given (a benchmark's, a plugin's): the phase ends on small exports."""
+    from pytest_sme2 import prefetch as module
+    from pytest_sme2.models import ModelSpec
+
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    small, big = (
+        ModelSpec(f"ordered_{n}", _layers, _eight, "", ("fp32",), (("count", n),)) for n in (1, 6)
+    )
+    handed: list[str] = []
+    monkeypatch.setattr(
+        module, "_export_in_processes", lambda *a: handed.extend(s.name for s, _ in module._PENDING)
+    )
+    monkeypatch.setattr(module, "_import_lowering", lambda: None)
+    monkeypatch.setattr(module, "_host_runner_built_meanwhile", contextlib.nullcontext)
+    monkeypatch.setattr(module, "export_model", lambda spec, dtype: None)
+    module.prefetch([(small, "fp32"), (big, "fp32")], processes=2)
+    assert handed == ["ordered_6", "ordered_1"]
