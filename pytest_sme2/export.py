@@ -81,7 +81,13 @@ from pytest_sme2.numerics import (
     compare_outputs,
     degenerate,
 )
-from pytest_sme2.program_key import RECIPE_VERSION, artifact_key, package_versions, take_built
+from pytest_sme2.program_key import (
+    RECIPE_VERSION,
+    artifact_key,
+    keyed_by_its_build,
+    package_versions,
+    take_built,
+)
 from pytest_sme2.provenance import provenance_shared
 from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.recipes import (
@@ -208,7 +214,7 @@ def export_model(
                     )
     except ExportError as err:
         _FAILURES[(directory, check_numerics)] = err
-        if not directory.is_dir():
+        if not directory.is_dir() and keyed_by_its_build(spec):  # else a one-off key
             export_failures.record(directory, err)
         raise
     return artifact

@@ -84,6 +84,16 @@ def traced_size(spec: ModelSpec) -> int:
     return _SIZES.get(spec, 0)
 
 
+#: How the fingerprint of a model that could not be built or traced starts: a one-off, so that
+#: its export is tried (and fails, at its own stage) again.
+UNBUILDABLE = "unbuildable-"
+
+
+def keyed_by_its_build(spec: ModelSpec) -> bool:
+    """Whether ``spec``'s key is of the model its factory built (not a one-off)."""
+    return not program_fingerprint(spec).startswith(UNBUILDABLE)
+
+
 def program_fingerprint(spec: ModelSpec) -> str:
     """A hash of the program ``spec`` exports, from the model its factory builds.
 
@@ -129,7 +139,7 @@ def _hash_program(spec: ModelSpec) -> str:
             }
             kind, graph, extra = _trace(model, inputs[EXAMPLE_SEED])
     except Exception:  # the export fails the same way, at its own stage: say it there
-        return f"unbuildable-{uuid.uuid4().hex}"
+        return f"{UNBUILDABLE}{uuid.uuid4().hex}"
     _BUILT[spec] = model
     _SIZES[spec] = len(graph.graph.nodes)
 

@@ -10,21 +10,10 @@ import pytest
 
 pytest.importorskip("executorch")
 
-from pytest_sme2 import export, export_failures, prefetch
+from pytest_sme2 import export, export_failures, prefetch, program_key
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export import artifact_dir, export_model
 from pytest_sme2.models import ModelSpec
-
-
-def _branchy() -> object:
-    """torch.export cannot trace it: Python control flow on a tensor's value."""
-    import torch
-
-    class Branchy(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x * 2 if x.sum() > 0 else x - 1
-
-    return Branchy().eval()
 
 
 def _linear(width: int = 8) -> object:
@@ -40,7 +29,10 @@ def _inputs(seed: int, width: int = 8) -> tuple[object, ...]:
     return (torch.randn(1, 8, generator=torch.Generator().manual_seed(seed)),)
 
 
-BRANCHY = ModelSpec("branchy_recorded", _branchy, _inputs, "")
+#: 8da4w quantizes linear layers whose inputs divide by 32: this one has none, and is refused
+#: at ``quantize``, after its key was built and traced (a model that cannot be traced has a
+#: one-off key instead: tests below).
+UNQUANTIZABLE = ModelSpec("unquantizable_recorded", _linear, _inputs, "", ("8da4w",))
 
 
 @pytest.fixture
@@ -52,7 +44,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _new_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a new process starts with: no failure remembered, every model keyed afresh."""
     monkeypatch.setattr(export, "_FAILURES", {})
+    for memory in ("_FINGERPRINTS", "_BUILT", "_SIZES"):
+        monkeypatch.setattr(program_key, memory, {})
 
 
 def _no_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,18 +61,18 @@ def test_a_failure_of_the_program_is_recorded_and_raised_again_without_exporting
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with pytest.raises(ExportError) as first:
-        export_model(BRANCHY, "fp32")
-    record = export_failures.record_path(artifact_dir(BRANCHY, "fp32"))
-    assert json.loads(record.read_text())["stage"] == "torch.export"
+        export_model(UNQUANTIZABLE, "8da4w")
+    record = export_failures.record_path(artifact_dir(UNQUANTIZABLE, "8da4w"))
+    assert json.loads(record.read_text())["stage"] == "quantize"
 
     _new_session(monkeypatch)
     _no_lowering(monkeypatch)
     with pytest.raises(ExportError) as again:
-        export_model(BRANCHY, "fp32")
+        export_model(UNQUANTIZABLE, "8da4w")
     assert (again.value.model, again.value.dtype, again.value.stage) == (
-        "branchy_recorded",
-        "fp32",
-        "torch.export",
+        "unquantizable_recorded",
+        "8da4w",
+        "quantize",
     )
     assert again.value.cause.startswith(first.value.cause + " (recorded ")
     assert f"delete {record} to export again" in str(again.value)
@@ -85,12 +80,12 @@ def test_a_failure_of_the_program_is_recorded_and_raised_again_without_exporting
 
 def test_a_changed_pytest_sme2_exports_again(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ExportError):
-        export_model(BRANCHY, "fp32")
+        export_model(UNQUANTIZABLE, "8da4w")
     _new_session(monkeypatch)
     monkeypatch.setattr(export_failures, "sources_digest", lambda: "another pytest-sme2")
     _no_lowering(monkeypatch)
     with pytest.raises(AssertionError, match="exported again"):
-        export_model(BRANCHY, "fp32")
+        export_model(UNQUANTIZABLE, "8da4w")
 
 
 @pytest.mark.parametrize(
@@ -121,11 +116,11 @@ def test_a_failure_of_the_machine_is_not_recorded(
 def test_an_unreadable_record_is_ignored_and_written_again(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    record = export_failures.record_path(artifact_dir(BRANCHY, "fp32"))
+    record = export_failures.record_path(artifact_dir(UNQUANTIZABLE, "8da4w"))
     record.parent.mkdir(parents=True)
     record.write_text('{"format": 1, "stage": ')  # cut short
     with pytest.raises(ExportError) as caught:
-        export_model(BRANCHY, "fp32")
+        export_model(UNQUANTIZABLE, "8da4w")
     assert "recorded" not in caught.value.cause  # it was exported, and failed, afresh
     assert json.loads(record.read_text())["cause"] == caught.value.cause
 
@@ -139,14 +134,42 @@ def test_a_warm_session_forks_no_export_process(
         (ModelSpec(f"warm_{w}", _linear, _inputs, "", ("fp32",), (("width", w),)), "fp32")
         for w in (8, 16)
     ]
-    prefetch.prefetch([*pairs, (BRANCHY, "fp32")], processes=1)
+    prefetch.prefetch([*pairs, (UNQUANTIZABLE, "8da4w")], processes=1)
     _new_session(monkeypatch)
 
     def forked(*args: object) -> None:
         raise AssertionError("forked export processes")
 
     monkeypatch.setattr(prefetch, "_export_in_processes", forked)
-    prefetch.prefetch([*pairs, (BRANCHY, "fp32")], processes=2)
+    prefetch.prefetch([*pairs, (UNQUANTIZABLE, "8da4w")], processes=2)
     assert export_model(*pairs[0]).pte.is_file()
     with pytest.raises(ExportError, match="recorded"):
-        export_model(BRANCHY, "fp32")
+        export_model(UNQUANTIZABLE, "8da4w")
+
+
+def _broken() -> object:
+    raise RuntimeError("weights file missing")
+
+
+def _branchy() -> object:
+    """Neither torch.fx nor torch.export can trace it: Python control flow on a tensor's value."""
+    import torch
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if x.sum() > 0 else x - 1
+
+    return Branchy().eval()
+
+
+@pytest.mark.parametrize(
+    ("factory", "stage"), [(_broken, "build model"), (_branchy, "torch.export")]
+)
+def test_a_model_keyed_without_its_build_is_not_recorded(
+    cache: Path, factory: object, stage: str
+) -> None:
+    """Its key is a one-off (nothing built or traced to hash): a record under it would never be
+    read again, one more file in the cache each session."""
+    with pytest.raises(ExportError, match=f"failed at {stage}"):
+        export_model(ModelSpec("unkeyed", factory, _inputs, ""), "fp32")  # type: ignore[arg-type]
+    assert list(cache.glob("*" + export_failures.SUFFIX)) == []
