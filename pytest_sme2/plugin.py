@@ -292,8 +292,7 @@ def sme2_reference() -> tuple[Path, Path]:
 def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
     a registered program has nothing to export."""
-    from pytest_sme2.prefetch import prefetch
-    from pytest_sme2.program_key import traced_size
+    from pytest_sme2.prefetch import biggest_first, prefetch
     from pytest_sme2.programs import ProgramSpec
     from pytest_sme2.reference import REFERENCE
 
@@ -306,13 +305,12 @@ def sme2_exports(request: pytest.FixtureRequest) -> None:
         return
     exported = [case for case in cases if not isinstance(case.model, ProgramSpec)]
     # every measurement times the reference workload beside its case (``sme2_reference``)
-    pairs = list(
-        dict.fromkeys([*((case.model, case.dtype) for case in exported), (REFERENCE, "fp32")])
-    )
     # xdist workers collect the same cases: each starts at its own offset of one order (biggest
     # graphs first, as a session alone exports), so two workers export different cases side by
     # side instead of queueing on one case's lock.
-    pairs.sort(key=lambda pair: -traced_size(pair[0]))
+    pairs = biggest_first(
+        dict.fromkeys([*((case.model, case.dtype) for case in exported), (REFERENCE, "fp32")])
+    )
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     start = len(pairs) * worker // workers
