@@ -38,11 +38,27 @@ from pytest_sme2.result import Measurement
 #: The record layout written now. A change of layout bumps it and adds the step from the version
 #: before to :data:`UPGRADES`, so every record ever written stays readable.
 #: 2: ``no_commit``, why a record has no commit
-SCHEMA_VERSION = 2
+#: 3: each variant's ``peak_rss_bytes`` is the runner's own (VmHWM), no longer ``ru_maxrss``
+SCHEMA_VERSION = 3
+
+
+def _without_session_peak_rss(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 record's peak resident memory was ``ru_maxrss``, which a runner started by
+    vfork inherits from the pytest session (hundreds of MiB, whatever the model): dropped, so a
+    trend never joins it to the runner's own figure as if memory had fallen tenfold."""
+    measurement = doc["measurement"]
+    variants = [
+        {**v, "load": v.get("load") and {**v["load"], "peak_rss_bytes": None}}
+        for v in measurement["variants"]
+    ]
+    return {**doc, "measurement": {**measurement, "variants": variants}}
+
+
 #: schema version → the function lifting a record's JSON of that version to the next one
 UPGRADES: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     # a version-1 record without a commit did not say why
     1: lambda doc: {**doc, "no_commit": None if doc["commit"] else "not recorded (schema 1)"},
+    2: _without_session_peak_rss,
 }
 #: A history file's name ends so.
 SUFFIX = ".jsonl"

@@ -12,7 +12,7 @@ instructions are the profile.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -288,11 +288,17 @@ def load_measurement(
         return None
     return LoadMeasurement(
         planned_bytes=loads[0].planned_bytes,
-        peak_rss_bytes=max(load.peak_rss_bytes for load in loads) if timed else None,
+        peak_rss_bytes=_largest(load.peak_rss_bytes for load in loads) if timed else None,
         program_load_ms=min(load.program_load_ms for load in loads) if timed else None,
         method_init_ms=min(load.method_init_ms for load in loads) if timed else None,
         init_instructions=evidence.init_instructions if evidence else None,
     )
+
+
+def _largest(values: Iterable[int | None]) -> int | None:
+    """The largest of the values a runner could give (a peak memory it could not read is None)."""
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
 
 
 @contextmanager

@@ -400,3 +400,16 @@ def test_load_and_memory_are_charted_and_a_slower_init_is_a_step(tmp_path: Path)
     older = HistoryRecord.from_json(then)
     assert all(vm.load is None for vm in older.measurement.variants.values())
     assert keys["init-ms sme2-off"].value(older.measurement) is None
+
+    # a schema-2 record's peak memory was the pytest session's (ru_maxrss crosses exec): dropped,
+    # the rest of its load kept, so no trend joins it to the runner's own figure
+    session_peak = {
+        **doc,
+        "schema_version": 2,
+        "measurement": json.loads(json.dumps(doc["measurement"])),
+    }
+    session_peak["measurement"]["variants"][0]["load"]["peak_rss_bytes"] = 580 << 20
+    (upgraded,) = HistoryRecord.from_json(session_peak).measurement.variants.values()
+    assert upgraded.load is not None and upgraded.load.peak_rss_bytes is None
+    assert upgraded.load.method_init_ms == load["method_init_ms"]
+    assert keys["peak-rss sme2-off"].value(records[0].measurement) == load["peak_rss_bytes"] / 2**20

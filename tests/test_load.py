@@ -21,7 +21,10 @@ from pytest_sme2.measure import MeasurePlan
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.markdown import case_report
 from pytest_sme2.result import LoadMeasurement, Measurement
+from tests.inner import INNER_TEST
 from tests.measurements import measure_toy_cnn, scaled
+
+pytest_plugins = ["pytester"]
 
 TOLERANCES = Tolerances()
 PLAN = MeasurePlan(runs=4, rounds=2, warmup=1, traced_runs=2)
@@ -177,7 +180,7 @@ def test_an_older_time_record_is_judged_without_load_and_filled_on_update(
         del doc["tolerances"][key]
     for record in doc["machines"].values():
         for times in record["variants"].values():
-            for key in ("program_load_ms", "method_init_ms", "peak_rss_bytes"):
+            for key in ("program_load_ms", "method_init_ms", "runner_peak_rss_bytes"):
                 del times[key]
     path = tmp_path / "toy_cnn-fp32.json"
     path.write_text(json.dumps(doc))
@@ -210,3 +213,92 @@ def test_an_older_time_record_is_judged_without_load_and_filled_on_update(
     (record,) = moved.machines.values()
     assert [line for line in changes if "method init" in line]
     assert record.variants["sme2-off"].method_init_ms == pytest.approx(load_ms * 1.2, rel=1e-3)
+
+
+def test_a_time_record_holding_the_sessions_peak_memory_is_not_judged_by_it_and_update_replaces_it(
+    host_measurement: Measurement, tmp_path: Path
+) -> None:
+    """A record written while runners reported ``ru_maxrss`` (the pytest session's 580 MiB, under
+    the old key) reads, its memory is not judged (saying so), and an update records the runner's
+    own figure under the new key, the old one gone."""
+    doc = json.loads(to_json(from_measurement(host_measurement, TOLERANCES)))
+    for record in doc["machines"].values():
+        for times in record["variants"].values():
+            del times["runner_peak_rss_bytes"]
+            times["peak_rss_bytes"] = 580 << 20
+    path = tmp_path / "toy_cnn-fp32.json"
+    path.write_text(json.dumps(doc))
+    older = load(path)
+    assert older is not None
+
+    verdicts = judge(host_measurement, older, Expectations(), TOLERANCES)
+    (memory,) = [v for v in verdicts if v.gate == "peak-memory"]
+    assert memory.status is Status.SKIP
+    assert "the time record has no peak resident memory; --sme2-update-baselines" in memory.message
+
+    filled, changes = merge(older, from_measurement(host_measurement, TOLERANCES), TOLERANCES)
+    assert any("sme2-off peak resident memory bytes None → " in line for line in changes)
+    save(path, filled)
+    (times,) = json.loads(path.read_text())["machines"].values()
+    assert "peak_rss_bytes" not in times["variants"]["sme2-off"]
+    own = times["variants"]["sme2-off"]["runner_peak_rss_bytes"]
+    assert own == host_measurement.variants[Variant.OFF].load.peak_rss_bytes < 100 << 20
+
+
+#: Five 2048² linears (80 MiB of fp32 weights), then six: 20 % more weights, the same activations.
+HEAVY = """
+import torch
+from torch import nn
+
+from pytest_sme2 import register_model
+
+
+def heavy_inputs(seed):
+    return (torch.randn(1, 2048, generator=torch.Generator().manual_seed(seed)),)
+
+
+@register_model("heavy", inputs=heavy_inputs, dtypes=("fp32",))
+def heavy():
+    torch.manual_seed(0)
+    return nn.Sequential(*(nn.Linear(2048, 2048) for _ in range({layers}))).eval()
+"""
+
+
+def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded at five layers, judged at six: the runner's own peak resident memory (the packed
+    weights live there) rises beyond the default 10 % tolerance and fails the case, while the
+    time gates are opened wide so that only memory can fail it."""
+    from pytest_sme2.cache import cache_root
+
+    monkeypatch.setenv("SME2_CACHE_DIR", str(cache_root()))
+    pytester.makepyfile(test_heavy=INNER_TEST)
+    args = (
+        "-p",
+        "no:cacheprovider",
+        "--sme2-runs=4",
+        "--sme2-rounds=2",
+        "--sme2-traced-runs=1",
+        "--sme2-latency-tolerance=400",
+        "--sme2-init-time-tolerance=400",
+        "--sme2-share-tolerance=100",
+    )
+    pytester.makeconftest(HEAVY.format(layers=5))
+    pytester.runpytest_subprocess(*args, "--sme2-update-baselines").assert_outcomes(passed=1)
+    (baseline,) = (pytester.path / "baselines/host").iterdir()
+    (record,) = json.loads(baseline.read_text())["machines"].values()
+    recorded = record["variants"]["sme2-off"]["runner_peak_rss_bytes"]
+    assert 100 << 20 < recorded < 400 << 20  # the weights and their packed copy, little else
+
+    pytester.makeconftest(HEAVY.format(layers=6))
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines(
+        [
+            r".*peak resident memory of heavy\[fp32\] on host \(sme2-off\) rose [\d.,]+ → [\d.,]+ "
+            r"MiB \(\+1\d\.\d%\), beyond the 10% tolerance.*"
+        ]
+    )
+    failures = [line for line in result.stdout.lines if " rose " in line or "moved" in line]
+    assert all("peak resident memory" in line for line in failures), failures

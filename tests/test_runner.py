@@ -478,3 +478,56 @@ def test_a_successful_run_keeps_its_log(
         runner, programs["fp32"].pte, tmp_path, RunPlan(runs=2), inputs=programs["fp32"].inputs
     )
     assert "Model executed successfully 2 time(s)" in (tmp_path / "runner.log").read_text()
+
+
+def test_peak_memory_is_the_runners_own_whatever_holds_the_process_that_started_it(
+    runner: Path, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    """Started (by vfork, as the session starts it) from a process that holds 800 MiB more, the
+    runner reports the same peak resident memory: ``ru_maxrss`` would carry the starter's
+    high-water mark across exec and report 800 MiB more."""
+    program = programs["fp32"]
+    start = (
+        "import sys\nfrom pathlib import Path\n"
+        "from pytest_sme2.runner import RunPlan, run_runner\n"
+        "held = b'x' * (int(sys.argv[1]) << 20)  # written, so resident\n"
+        "result = run_runner(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), "
+        "RunPlan(runs=2), inputs=Path(sys.argv[5]))\n"
+        "print(result.load.peak_rss_bytes)\n"
+    )
+    peaks = {}
+    for held in (0, 800):
+        workdir = tmp_path / f"held-{held}"
+        workdir.mkdir()
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                start,
+                str(held),
+                *map(str, (runner, program.pte)),
+                *map(str, (workdir, program.inputs)),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        peaks[held] = int(out.split()[-1])
+        assert json.loads((workdir / TIMINGS_NAME).read_text())["peak_rss_source"] == "VmHWM"
+    mib = {held: peak / 2**20 for held, peak in peaks.items()}
+    assert mib[0] < 100, mib  # a tiny model's runner: tens of MiB, not a Python process's
+    assert abs(mib[800] - mib[0]) < 16, mib  # not 800 MiB more
+
+
+def test_a_runner_that_names_no_peak_memory_source_gives_no_figure() -> None:
+    """A runner built before the figure was its own (or elsewhere) wrote ``ru_maxrss``: dropped."""
+    from pytest_sme2.runner.invoke import LoadStats
+
+    timings = {"program_load_ms": 1.0, "method_init_ms": 2.0, "planned_bytes": 64}
+    old = LoadStats.from_timings({**timings, "peak_rss_bytes": 600 << 20})
+    assert old is not None and old.peak_rss_bytes is None
+    own = LoadStats.from_timings({**timings, "peak_rss_bytes": 12 << 20, "peak_rss_source": "x"})
+    assert own is not None and own.peak_rss_bytes == 12 << 20
+    unread = LoadStats.from_timings({**timings, "peak_rss_bytes": 0, "peak_rss_source": "VmHWM"})
+    assert unread is not None and unread.peak_rss_bytes is None

@@ -73,18 +73,22 @@ class LoadStats:
     program_load_ms: float  # read and verify the .pte
     method_init_ms: float  # memory plan and delegate init: XNNPACK/KleidiAI pack weights here
     planned_bytes: int  # the memory plan's arenas: activations, inputs, mutable buffers
-    peak_rss_bytes: int  # the process's peak resident memory (libraries, weights, arenas)
+    #: the process's own peak resident memory (libraries, weights, arenas); None where the runner
+    #: could not read it, or gave ``ru_maxrss`` (a runner that names no ``peak_rss_source``),
+    #: which holds the high-water mark of the process that started it
+    peak_rss_bytes: int | None
 
     @classmethod
     def from_timings(cls, timings: Mapping[str, Any]) -> LoadStats | None:
         """From a timings file; None where a runner built elsewhere (``--sme2-runner-on``) wrote
         none of it."""
         try:
+            own = "peak_rss_source" in timings and int(timings["peak_rss_bytes"]) > 0
             return cls(
                 program_load_ms=float(timings["program_load_ms"]),
                 method_init_ms=float(timings["method_init_ms"]),
                 planned_bytes=int(timings["planned_bytes"]),
-                peak_rss_bytes=int(timings["peak_rss_bytes"]),
+                peak_rss_bytes=int(timings["peak_rss_bytes"]) if own else None,
             )
         except KeyError:
             return None

@@ -10,7 +10,7 @@
 //                 each execution's thread CPU time and involuntary context switches (whether a
 //                 busy machine took the CPU away mid-execution), program load and method init
 //                 times (init is where XNNPACK packs the weights), the planned memory and the
-//                 process's peak resident memory
+//                 process's own peak resident memory (VmHWM; task_info on macOS)
 //   --method M    the method to run (default: forward)
 // Without --etdump_path no event tracer is attached at all, so timing-only latencies carry no
 // tracing overhead.
@@ -49,6 +49,13 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
+
+#ifdef __APPLE__
+#include <mach/mach.h>
+#define PEAK_RSS_SOURCE "task_info"
+#else
+#define PEAK_RSS_SOURCE "VmHWM"
+#endif
 
 // libexecutorch_threadpool.so exports these but the wheel ships no threadpool.h. Only member
 // functions are declared (no data members): the object is only ever used through the pointer the
@@ -526,17 +533,31 @@ struct LoadStats {
   uint64_t planned_bytes = 0;  // the memory plan's arenas (activations, inputs, mutable buffers)
 };
 
-// The process's peak resident memory so far, in bytes (Linux and Android count ru_maxrss in
-// KiB, macOS in bytes).
+// This program's own peak resident memory so far, in bytes; 0 where the platform cannot tell.
+// Not getrusage's ru_maxrss: Linux carries it across execve, and a process started by vfork or
+// posix_spawn (as the session starts every runner) inherits its parent's high-water mark, so a
+// runner started from a 580 MiB pytest session reported 580 MiB for a model that needs 11.
+// VmHWM belongs to the address space, which execve replaces; macOS's task_info counts the task's
+// own pages likewise.
 uint64_t peak_rss_bytes() {
-  struct rusage usage {};
-  if (getrusage(RUSAGE_SELF, &usage) != 0) {
+#ifdef __APPLE__
+  task_vm_info_data_t info{};
+  mach_msg_type_number_t count = TASK_VM_INFO_COUNT;
+  if (task_info(mach_task_self(), TASK_VM_INFO, reinterpret_cast<task_info_t>(&info), &count) !=
+      KERN_SUCCESS) {
     return 0;
   }
-#ifdef __APPLE__
-  return static_cast<uint64_t>(usage.ru_maxrss);
+  return static_cast<uint64_t>(info.resident_size_peak);
 #else
-  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %llu kB", &kib) == 1) {
+      return static_cast<uint64_t>(kib) * 1024;
+    }
+  }
+  return 0;
 #endif
 }
 
@@ -563,7 +584,8 @@ void write_timings(const Options& options, size_t threads, const LoadStats& load
        << ", \"program_load_ms\": " << json_number(load.program_load_ms)
        << ", \"method_init_ms\": " << json_number(load.method_init_ms)
        << ", \"planned_bytes\": " << load.planned_bytes
-       << ", \"peak_rss_bytes\": " << peak_rss_bytes();
+       << ", \"peak_rss_bytes\": " << peak_rss_bytes()
+       << ", \"peak_rss_source\": " << json_string(PEAK_RSS_SOURCE);
   if (std::strlen(SME2_EXECUTORCH_VERSION) > 0) {
     json << ", \"executorch_version\": " << json_string(SME2_EXECUTORCH_VERSION);
   }
