@@ -71,7 +71,6 @@ from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerEr
 from pytest_sme2.models import ModelSpec
 from pytest_sme2.numerics import (
     DEGENERATE_ADVICE,
-    TOLERANCES,
     DegenerateOutputWarning,
     Deviation,
     ExportNumerics,
@@ -80,6 +79,7 @@ from pytest_sme2.numerics import (
     OutputError,
     compare_outputs,
     degenerate,
+    tolerance_for,
 )
 from pytest_sme2.program_key import (
     RECIPE_VERSION,
@@ -326,7 +326,7 @@ def _load(directory: Path, model: str, dtype: str) -> Artifact:
             if not _checked(numerics)
             else Numerics.judge(
                 [OutputError.from_json(output) for output in numerics["outputs"]],
-                TOLERANCES[dtype],
+                tolerance_for(dtype),
                 reference=manifest["reference"],
                 vacuous=manifest["degenerate"],
             ),

@@ -30,12 +30,13 @@ from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError, TraceError
 from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.modelled_etdump import write_modelled_etdump
 from pytest_sme2.numerics import (
-    TOLERANCES,
     ExportNumerics,
     MismatchError,
     Numerics,
+    Tolerance,
     compare_outputs,
     degenerate,
+    tolerance_for,
 )
 from pytest_sme2.result import LoadMeasurement, Measurement, VariantMeasurement
 from pytest_sme2.runner.invoke import RunPlan, RunResult
@@ -96,6 +97,7 @@ def measure(
     expected_outputs: Path | None = None,
     numerics: ExportNumerics | None = None,
     tokens: int | None = None,
+    parity_tolerance: Tolerance | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports: interleaved timing rounds, then one traced run
     each. ``reference`` (a .pte and its inputs) is timed in every round too, where the device's
@@ -104,9 +106,10 @@ def measure(
     deadline (default: ``plan.timeout_s``, else the device's). ``expected_outputs`` (the export's
     eager outputs) are what every variant's outputs must match in count and shape. ``numerics``
     (what the export found of the program's numbers) and ``tokens`` (per inference, for
-    tokens/s) are carried into the record for the report. A measurement that takes over
-    :data:`QUIET_S` says which variant and step it is at (:mod:`pytest_sme2.progress`): one real
-    architecture emulates for many minutes."""
+    tokens/s) are carried into the record for the report. SME2-on outputs must match SME2-off
+    within ``parity_tolerance`` (a registered program's), else the ``dtype`` label's. A
+    measurement that takes over :data:`QUIET_S` says which variant and step it is at
+    (:mod:`pytest_sme2.progress`): one real architecture emulates for many minutes."""
     info = device.info()
     with (
         progress.task(
@@ -221,7 +224,7 @@ def measure(
                 modelled_etdump=modelled,
             )
     return Measurement(
-        parity=_parity(measured, model, dtype),
+        parity=_parity(measured, model, dtype, parity_tolerance or tolerance_for(dtype)),
         numerics=numerics,
         reference_ms=tuple(reference_ms),
         model=model,
@@ -335,9 +338,9 @@ def _check_outputs(run: RunResult, expected: Sequence[np.ndarray] | None) -> Non
 
 
 def _parity(
-    measured: Mapping[Variant, VariantMeasurement], model: str, dtype: str
+    measured: Mapping[Variant, VariantMeasurement], model: str, dtype: str, tolerance: Tolerance
 ) -> Numerics | None:
-    """SME2-on outputs judged against SME2-off outputs with the dtype's tolerance.
+    """SME2-on outputs judged against SME2-off outputs within ``tolerance``.
 
     The same program on the same inputs must compute the same thing whichever kernels ran; a
     broken SME2 kernel would show here even where eager PyTorch is not at hand. Vacuous when
@@ -354,9 +357,7 @@ def _parity(
         raise RunnerError(
             f"SME2-on and SME2-off outputs of {model}[{dtype}] differ: {err}"
         ) from None
-    return Numerics.judge(
-        errors, TOLERANCES[dtype], reference=str(Variant.OFF), vacuous=degenerate(off)
-    )
+    return Numerics.judge(errors, tolerance, reference=str(Variant.OFF), vacuous=degenerate(off))
 
 
 def fastest(*measurements: Measurement) -> Measurement:

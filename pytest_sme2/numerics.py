@@ -116,6 +116,37 @@ TOLERANCES: Mapping[str, Tolerance] = {
     "8da4w": Tolerance(abs=1e-3, rel=0.05),
 }
 
+#: Labels other exporters give their programs (``register_program(dtype=...)``) → the built-in
+#: dtype whose tolerance fits how they compute: optimum-executorch's ``8da8w`` (dynamically
+#: quantized int8 activations, int8 weights) is XNNPACK's QP8/QD8 × QC8W path, our int8-dynamic.
+LABEL_DTYPES: Mapping[str, str] = {
+    "8da8w": "int8-dynamic",
+    "int8-dynamic-activations": "int8-dynamic",
+    "qd8": "int8-dynamic",
+    "int8-static": "int8",
+    "qint8": "int8",
+    "pt2e": "int8",
+    "4w": "8da4w",
+    "int4": "8da4w",
+    "float32": "fp32",
+    "f32": "fp32",
+    "float16": "fp16",
+    "f16": "fp16",
+    "half": "fp16",
+    "bf16": "fp16",
+}
+
+
+def tolerance_for(label: str) -> Tolerance:
+    """The tolerance of a dtype or program label, from the one lookup that always answers: the
+    built-in dtype's, else that of the dtype the label is known to mean (case, ``_`` for ``-``
+    and :data:`LABEL_DTYPES`), else fp32's — the strictest, so an unknown label can only be
+    judged too closely, never let a wrong number pass. A registered tolerance wins over it
+    (``register_program(tolerance=...)``)."""
+    name = label.lower().replace("_", "-")
+    dtype = name if name in TOLERANCES else LABEL_DTYPES.get(name, "fp32")
+    return TOLERANCES[dtype]
+
 
 @dataclass(frozen=True)
 class OutputError:

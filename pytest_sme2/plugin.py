@@ -384,8 +384,11 @@ def sme2_measure(
     Each runner call's deadline follows from the case's baseline (``pytest_sme2.deadline``)."""
     from pytest_sme2.deadline import case_deadline
     from pytest_sme2.measure import measure
+    from pytest_sme2.programs import ProgramSpec
 
     deadline = case_deadline(sme2_baseline, sme2_device.info(), sme2_settings.plan.timeout_s)
+    program = sme2_case.model
+    parity = program.tolerance if isinstance(program, ProgramSpec) else None
 
     def measured(label: str) -> Measurement:
         with sme2_fleet.using(sme2_case.device):  # a lost device fails its remaining cases
@@ -404,6 +407,7 @@ def sme2_measure(
                 expected_outputs=sme2_artifact.expected_outputs,
                 numerics=sme2_artifact.numerics,
                 tokens=sme2_case.model.tokens_per_inference,
+                parity_tolerance=parity,
             )
 
     def measure_case(label: str) -> Measurement:

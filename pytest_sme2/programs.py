@@ -39,7 +39,6 @@ from pytest_sme2.errors import ConfigError, ProgramError, RunnerError
 from pytest_sme2.export import MANIFEST_NAME, Artifact
 from pytest_sme2.models import registered_models
 from pytest_sme2.numerics import (
-    TOLERANCES,
     ExportNumerics,
     MismatchError,
     Numerics,
@@ -47,6 +46,7 @@ from pytest_sme2.numerics import (
     Tolerance,
     compare_outputs,
     degenerate,
+    tolerance_for,
 )
 from pytest_sme2.program_key import package_versions
 from pytest_sme2.recipes import EXAMPLE_SEED
@@ -121,11 +121,12 @@ def register_program(
 
     ``inputs(seed)`` returns its inputs (torch tensors or numpy arrays). ``expected_outputs``
     (tensors or arrays, or a function of the seed returning them) are what its outputs must
-    match within ``tolerance`` (default: the ``dtype``'s tolerance where it is a known dtype,
-    else fp32's); without them its numbers are "not judged". ``dtype`` is a label: the case is
-    ``<name>-<dtype>``, and a known dtype's SME2 proof applies (``fp32``: PF32 operators).
-    ``tokens`` (per execution: a prefill's prompt, a decode step's 1) makes reports show
-    tokens/s. A missing file is a ConfigError here, at registration.
+    match within ``tolerance`` (default: the ``dtype`` label's, ``numerics.tolerance_for``), as
+    SME2-on outputs must match SME2-off; without them its numbers are "not judged". ``dtype`` is
+    a label, any name (``8da8w``): the case is ``<name>-<dtype>``, and a known dtype's SME2 proof
+    applies (``fp32``: PF32 operators). ``tokens`` (per execution: a prefill's prompt, a decode
+    step's 1) makes reports show tokens/s. A missing file is a ConfigError here, at
+    registration.
     """
     if not _LABEL.match(dtype):
         raise ConfigError(
@@ -143,7 +144,7 @@ def register_program(
         inputs=inputs,
         etrecord=files[1].resolve() if etrecord is not None else None,
         expected_outputs=expected_outputs,
-        tolerance=tolerance or TOLERANCES.get(dtype, TOLERANCES["fp32"]),
+        tolerance=tolerance or tolerance_for(dtype),
         label=dtype,
         tokens=tokens,
     )

@@ -27,7 +27,7 @@ from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.gates import Status
-from pytest_sme2.numerics import ExportNumerics
+from pytest_sme2.numerics import TOLERANCES, ExportNumerics, tolerance_for
 from pytest_sme2.report.rundir import load_test_dir
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.tensors import read_tensors, write_tensors
@@ -310,3 +310,46 @@ def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructi
     assert any(name.startswith("Fully Connected (NC, QP8, F32, QB4W)") for name in names), names
     assert on.evidence is not None and not on.evidence.sme2_kernels, on.evidence
     assert 0.99 < m.instruction_ratio < 1.01, m.instruction_ratio
+
+
+@pytest.mark.parametrize("device", ["host", "qemu-sme2"])
+def test_a_program_under_a_label_that_is_no_builtin_dtype_is_recorded_and_judged(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    llama: Path,
+    qemu_device: object,
+    device: str,
+) -> None:
+    """optimum-executorch's users label their programs ``8da8w``: the label's tolerance is
+    found (int8-dynamic's), so the SME2-on/off parity after the counting judges instead of
+    crashing with ``KeyError: '8da8w'``, and the record reaches the baseline, the report, the
+    history and the kit's files under ``<name>-8da8w``."""
+    _session(pytester, monkeypatch, _register_llama(llama).replace('"8da4w"', '"8da8w"'))
+    history = pytester.path / "history"
+    for args in (("--sme2-update-baselines",), ()):
+        result = _run(pytester, f"--sme2-device={device}", f"--sme2-history={history}", *args)
+        result.assert_outcomes(passed=1)
+    assert (pytester.path / f"baselines/{device}/tiny_llama-8da8w.json").is_file()
+    m, verdicts = load_test_dir(
+        pytester.path / f"artifacts/{device}/tiny_llama-8da8w/manifest.json"
+    )
+    assert (m.model, m.dtype) == ("tiny_llama", "8da8w")
+    assert verdicts and all(v.status is not Status.FAIL for v in verdicts)
+    if device == "qemu-sme2":
+        assert m.parity is not None and m.parity.ok
+        assert m.parity.tolerance_rel == tolerance_for("int8-dynamic").rel
+    assert "tiny_llama-8da8w" in (pytester.path / "artifacts/report.md").read_text()
+    records = [
+        json.loads(line)
+        for path in history.glob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert [r["measurement"]["dtype"] for r in records] == ["8da8w", "8da8w"]
+
+
+def test_every_label_finds_a_tolerance() -> None:
+    """One lookup that always answers: a built-in dtype's, a known alias's, else fp32's."""
+    assert tolerance_for("int8") == TOLERANCES["int8"]
+    assert tolerance_for("8da8w") == tolerance_for("INT8_DYNAMIC") == TOLERANCES["int8-dynamic"]
+    assert tolerance_for("bf16") == TOLERANCES["fp16"]
+    assert tolerance_for("program") == tolerance_for("whatever.v2") == TOLERANCES["fp32"]
