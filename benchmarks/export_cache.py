@@ -44,16 +44,16 @@ sys.path.insert(0, str(REPO))
 import models  # noqa: E402, F401  (registers the examples)
 from pytest_sme2.cache import cache_root, content_key  # noqa: E402
 from pytest_sme2.errors import ExportError, NumericsError  # noqa: E402
-from pytest_sme2.export import export_model  # noqa: E402
-from pytest_sme2.models import ModelSpec, get_model, registered_models  # noqa: E402
-from pytest_sme2.program_key import (  # noqa: E402
+from pytest_sme2.export.exporter import export_model  # noqa: E402
+from pytest_sme2.export.key import (  # noqa: E402
     RECIPE_VERSION,
     VERSIONED_PACKAGES,
     artifact_key,
     package_versions,
 )
-from pytest_sme2.recipes import CALIBRATION_SEEDS, EXAMPLE_SEED  # noqa: E402
-from pytest_sme2.reference import REFERENCE  # noqa: E402
+from pytest_sme2.export.recipes import CALIBRATION_SEEDS, EXAMPLE_SEED  # noqa: E402
+from pytest_sme2.export.reference import REFERENCE  # noqa: E402
+from pytest_sme2.export.registry import ModelSpec, get_model, registered_models  # noqa: E402
 
 SUITE_TARGET = 1.15
 SUITE = [sys.executable, "-m", "pytest", "tests/test_suite.py", "-p", "no:cacheprovider", "-q"]

@@ -41,9 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import models  # noqa: E402, F401  (registers the examples)
-from pytest_sme2 import export, program_key, recipes  # noqa: E402
 from pytest_sme2.errors import STAGES, ExportError  # noqa: E402
-from pytest_sme2.models import ModelSpec, get_model, registered_models  # noqa: E402
+from pytest_sme2.export import exporter, key, recipes  # noqa: E402
+from pytest_sme2.export.registry import ModelSpec, get_model, registered_models  # noqa: E402
 
 TARGET = 1.2
 #: Our stages as the table shows them, in pipeline order ("key" is the traced-program key).
@@ -53,15 +53,15 @@ BARE_STAGES = ("build model", "torch.export", "quantize", "lower", "to_executorc
 
 def ours(spec: ModelSpec, dtype: str) -> dict[str, float]:
     """Seconds of a cold ``export_model``, in all and per stage."""
-    program_key._FINGERPRINTS.clear()
-    export._FAILURES.clear()
+    key._FINGERPRINTS.clear()
+    exporter._FAILURES.clear()
     with tempfile.TemporaryDirectory(prefix="sme2-export-cost-") as cache:
         started = time.perf_counter()
-        program_key.artifact_key(spec, dtype)
+        key.artifact_key(spec, dtype)
         keyed = time.perf_counter()
-        artifact = export.export_model(spec, dtype, cache_dir=Path(cache))
+        artifact = exporter.export_model(spec, dtype, cache_dir=Path(cache))
         total = time.perf_counter() - started
-        manifest = json.loads((artifact.directory / export.MANIFEST_NAME).read_text())
+        manifest = json.loads((artifact.directory / exporter.MANIFEST_NAME).read_text())
     stages = {"key": keyed - started, **artifact.timings_s}
     stages["numerics"] = manifest["numerics"]["seconds"]
     return {"total": total, **stages}

@@ -1,7 +1,7 @@
 """The export phase of a cold session, one export at a time against side by side, in one run.
 
-A session alone exports every case before it measures (``pytest_sme2.prefetch.prefetch``); this
-times that phase for the example cases from an empty export cache, first with one process, then
+A session alone exports every case before it measures (``pytest_sme2.export.prefetch.prefetch``);
+this times that phase for the example cases from an empty export cache, first with one process, then
 with one per core, each in a fresh interpreter and a fresh cache (the runner binary is built
 once, beforehand, and shared: both phases pay the same numerics runs). Compare the ratio, not
 the seconds: a shared machine moves both.
@@ -26,8 +26,8 @@ PHASE = """
 import sys
 sys.path.insert(0, {repo!r})
 import models  # registers the examples
-from pytest_sme2.prefetch import prefetch
-from pytest_sme2.models import registered_models
+from pytest_sme2.export.prefetch import prefetch
+from pytest_sme2.export.registry import registered_models
 
 wanted = {models!r}
 pairs = [

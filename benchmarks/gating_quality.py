@@ -85,7 +85,7 @@ from typing import Any
 
 from pytest_benchmark.utils import parse_compare_fail
 
-from pytest_sme2.stats import median_ratio, relative_median_ratio
+from pytest_sme2.analysis.stats import median_ratio, relative_median_ratio
 
 REPO = Path(__file__).resolve().parents[1]
 WIDTH_ENV = "SME2_GATING_WIDTH"
@@ -95,8 +95,8 @@ BENCHMARK_CHECKS = ("median:10%", "median:5%")
 #: Issues 9 and 20's targets by cell (% more work): the fraction of sessions that may / must fail.
 TARGETS: dict[int, tuple[str, float]] = {0: ("≤", 0.0), 5: ("≥", 0.75), 10: ("≥", 0.95)}
 INPUTS_PROPERTY = "gating program inputs"
-#: The plugin's verdicts that say a case's time was not judged (pytest_sme2.gates): its runs lost
-#: the CPU to other work, or the baseline has no time record for this machine class.
+#: The plugin's verdicts that say a case's time was not judged (pytest_sme2.judge.gates): its runs
+#: lost the CPU to other work, or the baseline has no time record for this machine class.
 NOT_JUDGED = ("time-disturbed", "time-record")
 #: Every session's arguments: a bigger input is a bigger planned memory, which that gate (exact,
 #: judged at the instruction tolerance) fails on its own; this benchmark is about time.
@@ -139,7 +139,7 @@ import json
 
 import pytest
 
-from pytest_sme2.export import MANIFEST_NAME
+from pytest_sme2.export.exporter import MANIFEST_NAME
 
 
 @pytest.mark.sme2()
@@ -565,8 +565,8 @@ BUSY_EXPORT = """
 import sys
 sys.path.insert(0, {repo!r})
 import models  # registers the examples
-from pytest_sme2.export import export_model
-from pytest_sme2.models import get_model
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import get_model
 
 spec = get_model({model!r})
 for dtype in spec.dtypes:

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's model
 
 def make_trace(directory: Path, runs: int) -> Path:
     import models  # noqa: F401  (registers vit_tiny)
-    from pytest_sme2.export import export_model
-    from pytest_sme2.models import get_model
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.registry import get_model
     from pytest_sme2.runner.build import build_runner
     from pytest_sme2.runner.invoke import RunPlan, run_runner
 
@@ -75,8 +75,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         etdump = make_trace(Path(tmp), args.runs)
 
-        from pytest_sme2.analysis import profile
-        from pytest_sme2.trace import read_etdump
+        from pytest_sme2.analysis.profile import profile
+        from pytest_sme2.analysis.trace import read_etdump
 
         trace = read_etdump(etdump)
         events = sum(len(run.events) for run in trace.runs) + len(trace.setup_events)
@@ -112,8 +112,8 @@ def main() -> None:
                 sys.executable,
                 "-c",
                 "import time; t = time.perf_counter();"
-                "from pytest_sme2.trace import read_etdump;"
-                "from pytest_sme2.analysis import profile;"
+                "from pytest_sme2.analysis.trace import read_etdump;"
+                "from pytest_sme2.analysis.profile import profile;"
                 f"profile(read_etdump({str(etdump)!r}), warmup=1);"
                 "print(time.perf_counter() - t)",
             ],

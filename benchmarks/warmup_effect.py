@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_sme2.devices.base import Variant
-    from pytest_sme2.devices.qemu import QemuSme2Device
-    from pytest_sme2.trace import Trace
+    from pytest_sme2.analysis.trace import Trace
+    from pytest_sme2.run.devices.base import Variant
+    from pytest_sme2.run.devices.qemu import QemuSme2Device
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's models/
 
@@ -31,18 +31,18 @@ DEFAULT_DTYPES = ("fp32", "int8", "int8-dynamic", "8da4w")
 
 def operator_counts(trace: Trace) -> list[tuple[str, int]]:
     """The run's leaf events (operators) in order, each with its instructions."""
-    from pytest_sme2.categories import is_leaf
+    from pytest_sme2.analysis.categories import is_leaf
 
     return [(e.name, e.end_ns - e.start_ns) for e in trace.runs[0].events if is_leaf(e.name)]
 
 
 def compare(model: str, dtype: str, variant: Variant, device: QemuSme2Device, workdir: Path) -> str:
     """One case's line: both executions' totals and the operators whose counts differ."""
-    from pytest_sme2.attribution import instruction_trace
-    from pytest_sme2.export import export_model
-    from pytest_sme2.models import get_model
+    from pytest_sme2.analysis.attribution import instruction_trace
+    from pytest_sme2.analysis.trace import read_etdump
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.registry import get_model
     from pytest_sme2.runner.invoke import RunPlan
-    from pytest_sme2.trace import read_etdump
 
     artifact = export_model(get_model(model).for_emulation(), dtype)
     plan = RunPlan(runs=1, warmup=1, traced=True)
@@ -75,10 +75,10 @@ def compare(model: str, dtype: str, variant: Variant, device: QemuSme2Device, wo
 
 def main() -> None:
     import models  # noqa: F401  (registers the examples)
-    from pytest_sme2.devices.base import Variant
-    from pytest_sme2.devices.qemu import QemuSme2Device
     from pytest_sme2.errors import ExportError
-    from pytest_sme2.models import registered_models
+    from pytest_sme2.export.registry import registered_models
+    from pytest_sme2.run.devices.base import Variant
+    from pytest_sme2.run.devices.qemu import QemuSme2Device
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="examples to run (default: all)")

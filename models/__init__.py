@@ -1,7 +1,7 @@
 """The built-in example models; importing this package registers them all.
 
-Each module registers one model with :func:`pytest_sme2.models.register_model`; its docstring
-says what the model stresses in a profile.
+Each module registers one model with :func:`pytest_sme2.export.registry.register_model`; its
+docstring says what the model stresses in a profile.
 """
 
 from models import mobilenet_v3_small, squeezesam_like, tiny_llama, toy_cnn, vit_tiny

@@ -5,8 +5,8 @@ analysis → baseline (judgement) → report — joined by frozen dataclasses. T
 re-exports what a user's conftest needs; importing it must stay cheap (no torch, no executorch).
 """
 
-from pytest_sme2.models import ModelSpec, register_model
-from pytest_sme2.numerics import Tolerance
-from pytest_sme2.programs import register_program
+from pytest_sme2.analysis.numerics import Tolerance
+from pytest_sme2.export.program_files import register_program
+from pytest_sme2.export.registry import ModelSpec, register_model
 
 __all__ = ["ModelSpec", "Tolerance", "register_model", "register_program"]

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_sme2.analysis import Profile, profile
-from pytest_sme2.categories import CATEGORIES
+from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.analysis.etrecord import delegate_backends
+from pytest_sme2.analysis.profile import Profile, profile
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import Sme2Error
-from pytest_sme2.etrecord import delegate_backends
-from pytest_sme2.trace import read_etdump
 
 
 def format_profile(prof: Profile, *, top: int, title: str) -> str:
@@ -111,8 +111,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from pytest_sme2.report.history import history_markdown, write_history
-    from pytest_sme2.trends import trends
+    from pytest_sme2.report.history_page import history_markdown, write_history
+    from pytest_sme2.report.trends import trends
 
     found = trends(args.history_dir, args.repo)
     for problem in found.problems:

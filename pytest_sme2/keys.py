@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_sme2.gates import Verdict
-    from pytest_sme2.history import HistoryRecord
+    from pytest_sme2.judge.history import HistoryRecord
+    from pytest_sme2.judge.verdict import Verdict
     from pytest_sme2.report.kit_json import Program
-    from pytest_sme2.result import Measurement
+    from pytest_sme2.run.measurement import Measurement
     from pytest_sme2.settings import Settings
 
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()

@@ -30,19 +30,20 @@ from pytest_sme2.keys import (
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
 if TYPE_CHECKING:
-    from pytest_sme2.analysis import Comparison
-    from pytest_sme2.baseline import Baseline
-    from pytest_sme2.baseline_file import Stored
-    from pytest_sme2.devices.base import Device
-    from pytest_sme2.export import Artifact
-    from pytest_sme2.fleet import Fleet
-    from pytest_sme2.gates import Expectations, Verdict
-    from pytest_sme2.history import HistoryLog
-    from pytest_sme2.measure import MachineSpeed
-    from pytest_sme2.models import ModelSpec
-    from pytest_sme2.result import Measurement
+    from pytest_sme2.analysis.profile import Comparison
+    from pytest_sme2.analysis.trace import Trace
+    from pytest_sme2.export.exporter import Artifact
+    from pytest_sme2.export.registry import ModelSpec
+    from pytest_sme2.judge.baseline import Baseline
+    from pytest_sme2.judge.baseline_file import Stored
+    from pytest_sme2.judge.expectations import Expectations
+    from pytest_sme2.judge.history import HistoryLog
+    from pytest_sme2.judge.verdict import Verdict
+    from pytest_sme2.run.devices.base import Device
+    from pytest_sme2.run.fleet import Fleet
+    from pytest_sme2.run.measure import MachineSpeed
+    from pytest_sme2.run.measurement import Measurement
     from pytest_sme2.settings import Case, Settings
-    from pytest_sme2.trace import Trace
 
 
 MARKER_HELP = (
@@ -67,7 +68,7 @@ def _or_fail(call: Callable[[], Any]) -> Any:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_sme2.devices.registry import DEVICE_CLASSES
+    from pytest_sme2.run.devices.registry import DEVICE_CLASSES
 
     group = parser.getgroup("sme2", "pytest-sme2 (SME2 profiling regression tests)")
     for option in OPTIONS:
@@ -104,7 +105,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     from them, so that its node ids carry the groups the controller schedules by.
     """
     from pytest_sme2.errors import ConfigError
-    from pytest_sme2.fleet import xdist_group
+    from pytest_sme2.run.fleet import xdist_group
     from pytest_sme2.settings import fleet_specs
 
     worker = hasattr(config, "workerinput")
@@ -124,7 +125,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_sme2.interrupt import unwind_on_sigterm
-    from pytest_sme2.report.hooks import ReportPlugin
+    from pytest_sme2.report_plugin import ReportPlugin
 
     config.addinivalue_line("markers", MARKER_HELP)
     config.pluginmanager.register(ReportPlugin(config), "sme2-report")
@@ -169,8 +170,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     over each registered program (``register_program``: one case, its label as dtype)."""
     if "sme2_case" not in metafunc.fixturenames:
         return
-    from pytest_sme2.models import registered_models
-    from pytest_sme2.programs import registered_programs
+    from pytest_sme2.export.program_files import registered_programs
+    from pytest_sme2.export.registry import registered_models
 
     settings = _settings(metafunc.config)
     cases = _or_fail(lambda: settings.cases((*registered_models(), *registered_programs())))
@@ -188,7 +189,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     emulated device's cases may spread.
     """
     from pytest_sme2.errors import ConfigError
-    from pytest_sme2.fleet import xdist_group
+    from pytest_sme2.run.fleet import xdist_group
 
     reported: set[str] = set()
     kept = []
@@ -223,7 +224,7 @@ def _expectations(node: pytest.Item) -> Expectations:
     then the case's model's own (``register_model(expect=...)``) over them; a ConfigError naming
     the test (or model), the keyword and the value for a mistake."""
     from pytest_sme2.errors import ConfigError
-    from pytest_sme2.gates import Expectations
+    from pytest_sme2.judge.expectations import Expectations
 
     kwargs: dict[str, Any] = {}
     for marker in reversed(list(node.iter_markers("sme2"))):
@@ -253,7 +254,7 @@ def sme2_settings(pytestconfig: pytest.Config) -> Settings:
 @pytest.fixture(scope="session")
 def sme2_fleet(pytestconfig: pytest.Config) -> Fleet:
     """The session's devices, prepared on first use (runner built/provisioned once each)."""
-    from pytest_sme2.fleet import Fleet
+    from pytest_sme2.run.fleet import Fleet
 
     return Fleet(lambda name: pytestconfig.getoption(name, None))
 
@@ -269,8 +270,8 @@ def exported_model() -> Callable[[str | ModelSpec, str], Artifact]:
     """Factory: ``exported_model("toy_cnn", "fp16")`` → the cached, numerics-checked Artifact.
 
     Takes a registered name or a ``ModelSpec`` (e.g. ``spec.for_emulation()``)."""
-    from pytest_sme2.export import export_model
-    from pytest_sme2.models import get_model
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.registry import get_model
 
     def export(model: str | ModelSpec, dtype: str) -> Artifact:
         return export_model(get_model(model) if isinstance(model, str) else model, dtype)
@@ -281,8 +282,8 @@ def exported_model() -> Callable[[str | ModelSpec, str], Artifact]:
 @pytest.fixture(scope="session")
 def sme2_reference() -> tuple[Path, Path]:
     """The reference workload's program and inputs, timed beside every model (machine speed)."""
-    from pytest_sme2.export import export_model
-    from pytest_sme2.reference import REFERENCE
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.reference import REFERENCE
 
     artifact = _or_fail(lambda: export_model(REFERENCE, "fp32"))
     return artifact.pte, artifact.inputs
@@ -292,9 +293,9 @@ def sme2_reference() -> tuple[Path, Path]:
 def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
     a registered program has nothing to export."""
-    from pytest_sme2.prefetch import biggest_first, prefetch
-    from pytest_sme2.programs import ProgramSpec
-    from pytest_sme2.reference import REFERENCE
+    from pytest_sme2.export.prefetch import biggest_first, prefetch
+    from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.export.reference import REFERENCE
 
     cases: list[Case] = []
     for item in request.session.items:
@@ -334,7 +335,7 @@ def sme2_artifact(
     limitation. A user marks a known one with ``pytest.mark.xfail``.
     A registered program is checked instead (one host run); one that cannot be gated fails."""
     from pytest_sme2.errors import ExportError
-    from pytest_sme2.programs import ProgramSpec, prepare_program
+    from pytest_sme2.export.program_files import ProgramSpec, prepare_program
 
     program = sme2_case.model
     if isinstance(program, ProgramSpec):
@@ -381,10 +382,10 @@ def sme2_measure(
 ) -> Callable[[str], Measurement]:
     """``sme2_measure(label)``: measure the current case afresh, its files under ``label``.
 
-    Each runner call's deadline follows from the case's baseline (``pytest_sme2.deadline``)."""
-    from pytest_sme2.deadline import case_deadline
-    from pytest_sme2.measure import measure
-    from pytest_sme2.programs import ProgramSpec
+    Each runner call's deadline follows from the case's baseline (``pytest_sme2.run.deadline``)."""
+    from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.judge.deadlines import case_deadline
+    from pytest_sme2.run.measure import measure
 
     deadline = case_deadline(sme2_baseline, sme2_device.info(), sme2_settings.plan.timeout_s)
     program = sme2_case.model
@@ -441,14 +442,14 @@ def sme2_comparison(sme2_measurement: Measurement) -> Comparison:
 @pytest.fixture
 def sme2_trace(sme2_measurement: Measurement) -> Trace:
     """The parsed ETDump of the headline variant (SME2-on where measured, else SME2-off)."""
-    from pytest_sme2.trace import read_etdump
+    from pytest_sme2.analysis.trace import read_etdump
 
     return read_etdump(sme2_measurement.variants[sme2_measurement.headline].etdump)
 
 
 @pytest.fixture
 def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
-    from pytest_sme2.baseline import baseline_path
+    from pytest_sme2.judge.baseline import baseline_path
 
     return baseline_path(
         sme2_settings.baseline_dir,
@@ -463,7 +464,7 @@ def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
 def sme2_stored_baseline(sme2_baseline_path: Path, sme2_settings: Settings) -> Stored:
     """What the baseline path holds; one line failing the test if it cannot be used (under
     ``--sme2-update-baselines`` an invalid file is set aside instead: ``baseline_file.read``)."""
-    from pytest_sme2.baseline_file import read
+    from pytest_sme2.judge.baseline_file import read
 
     return _or_fail(lambda: read(sme2_baseline_path, update=sme2_settings.update_baselines))
 
@@ -488,7 +489,7 @@ def sme2_history(
     if sme2_settings.history is None:
         yield None
         return
-    from pytest_sme2.history import HistoryLog, HistoryWarning, git_state
+    from pytest_sme2.judge.history import HistoryLog, HistoryWarning, git_state
 
     git, warning = git_state(pytestconfig.invocation_params.dir, pytestconfig.rootpath)
     if warning:
@@ -521,18 +522,19 @@ def sme2_judge(
     undisturbed speed again (``measure.settle``): a transient disturbance of a shared machine
     (seen: 1 of 10 unchanged re-runs, twice) must not fail CI, a real regression persists.
     """
-    from pytest_sme2.baseline_file import save
-    from pytest_sme2.benchmark_interop import add_benchmarks
-    from pytest_sme2.decision import decide
-    from pytest_sme2.measure import settle_before_confirming
+    from pytest_sme2.judge.baseline_file import save
+    from pytest_sme2.judge.benchmark_entries import add_benchmarks
+    from pytest_sme2.judge.decision import decide
+    from pytest_sme2.run.measure import settle_before_confirming
 
     def remeasure() -> tuple[Measurement, str]:
         """A fresh measurement, after the machine settled where that can be told."""
+        record = sme2_baseline.record_for(sme2_device.info()) if sme2_baseline else None
         how = settle_before_confirming(
             sme2_device,
             sme2_reference,
             sme2_machine_speed,
-            sme2_baseline,
+            record.reference_fastest_ms if record is not None else None,
             sme2_artifacts_dir / "confirm",
             threads=sme2_case.threads,
         )
@@ -540,7 +542,7 @@ def sme2_judge(
 
     def calibrate_case(measurement: Measurement) -> tuple[Verdict, ...]:
         """``--sme2-calibrate=N``: N unchanged measurements → the latency gate's noise, stored."""
-        from pytest_sme2.calibration import calibrate, not_calibrated_reason
+        from pytest_sme2.judge.calibration import calibrate, not_calibrated_reason
 
         reason = not_calibrated_reason(measurement.device)
         if reason is not None:

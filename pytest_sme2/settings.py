@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sme2.baseline import Tolerances
-from pytest_sme2.categories import Classifier
+from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.measure import MeasurePlan
-from pytest_sme2.models import DTYPES, ModelSpec
+from pytest_sme2.export.registry import DTYPES, ModelSpec
+from pytest_sme2.judge.baseline import Tolerances
+from pytest_sme2.run.measure import MeasurePlan
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
-    from pytest_sme2.devices.spec import DeviceSpec
-    from pytest_sme2.programs import ProgramSpec
+    from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.run.devices.spec import DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ class Settings:
         """Every device × selected model × dtype × thread count, device by device and models in
         registration order; on an emulating device, each model as it runs there (its emulation
         params)."""
-        from pytest_sme2.devices.registry import device_class
+        from pytest_sme2.run.devices.registry import device_class
 
         known = {spec.name for spec in registered}
         unknown = [name for name in self.models if name not in known]
@@ -216,7 +216,7 @@ def fleet_specs(
 ) -> tuple[DeviceSpec, ...]:
     """The session's devices: ``--sme2-device``, else the ini key ``sme2_devices``, else
     ``sme2_device`` (default ``host``)."""
-    from pytest_sme2.devices.spec import parse_device_specs
+    from pytest_sme2.run.devices.spec import parse_device_specs
 
     return parse_device_specs(
         get_option("sme2_device") or get_ini(FLEET_INI) or get_ini("sme2_device")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.devices.registry import device_class
+from pytest_sme2.run.devices.qemu import QemuSme2Device
+from pytest_sme2.run.devices.registry import device_class
 
 
 @pytest.fixture(scope="session")

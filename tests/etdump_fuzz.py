@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_sme2.errors import TraceError
-from pytest_sme2.trace import (
+from pytest_sme2.analysis.trace import (
     _ETDUMP_FIELDS,
     _EVENT_FIELDS,
     _PROFILE_FIELDS,
@@ -30,6 +29,7 @@ from pytest_sme2.trace import (
     _vector,
     parse_etdump,
 )
+from pytest_sme2.errors import TraceError
 
 REAL = sorted((Path(__file__).parent / "data").glob("*.etdp"))
 

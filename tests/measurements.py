@@ -11,16 +11,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_sme2.analysis import INSTRUCTIONS, profile
-from pytest_sme2.attribution import OperatorKernels
-from pytest_sme2.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
-from pytest_sme2.devices.kernel_log import Isa, kernel_isa
-from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan, measure
-from pytest_sme2.models import get_model
-from pytest_sme2.ops import parse_op_name
-from pytest_sme2.result import Measurement, VariantMeasurement
-from pytest_sme2.trace import Event, Run, Trace
+from pytest_sme2.analysis.attribution import OperatorKernels
+from pytest_sme2.analysis.kernel_names import Isa, kernel_isa
+from pytest_sme2.analysis.ops import parse_op_name
+from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
+from pytest_sme2.analysis.trace import Event, Run, Trace
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import get_model
+from pytest_sme2.run.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
+from pytest_sme2.run.measure import MeasurePlan, measure
+from pytest_sme2.run.measurement import Measurement, VariantMeasurement
 
 MS = 1_000_000
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sme2.analysis import compare, profile
-from pytest_sme2.categories import CATEGORIES
+from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.analysis.profile import compare, profile
+from pytest_sme2.analysis.trace import Event, Run, Trace
 from pytest_sme2.errors import TraceError
-from pytest_sme2.trace import Event, Run, Trace
 
 MS = 1_000_000  # ns
 

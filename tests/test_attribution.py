@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, Profile, profile
-from pytest_sme2.attribution import ClockRead, instruction_run, instruction_trace
+from pytest_sme2.analysis.attribution import ClockRead, instruction_run, instruction_trace
+from pytest_sme2.analysis.profile import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, Profile, profile
+from pytest_sme2.analysis.trace import Event, Run, Trace
 from pytest_sme2.errors import TraceError
-from pytest_sme2.trace import Event, Run, Trace
 
 ORIGIN = 1_000_000  # the ETDump's times are the reads less a per-process origin
 

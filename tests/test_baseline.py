@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2 import baseline_file as store
-from pytest_sme2.baseline import Tolerances, from_measurement, stable
-from pytest_sme2.baseline_update import merge
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.judge import baseline_file as store
+from pytest_sme2.judge.baseline import Tolerances, from_measurement, stable
+from pytest_sme2.judge.baseline_update import merge
 from tests.measurements import HOST, SME2_DEVICE, measurement
 
 TOL = Tolerances()

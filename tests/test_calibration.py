@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import LATENCY_STATISTIC, Tolerances, from_measurement
-from pytest_sme2.baseline_file import load
-from pytest_sme2.baseline_update import merge
-from pytest_sme2.calibration import calibrate, noise_percent, not_calibrated_reason
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import Expectations, Status, judge
-from pytest_sme2.time_gates import LATENCY_SENSITIVITY
+from pytest_sme2.judge.baseline import LATENCY_STATISTIC, Tolerances, from_measurement
+from pytest_sme2.judge.baseline_file import load
+from pytest_sme2.judge.baseline_update import merge
+from pytest_sme2.judge.calibration import calibrate, noise_percent, not_calibrated_reason
+from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY
+from pytest_sme2.judge.verdict import Status
 from tests.measurements import EMULATOR, HOST, measurement
 from tests.test_plugin import make_suite, run
 

@@ -7,8 +7,8 @@ import re
 import pytest
 from test_ops import FRAMEWORK, REAL_NATIVE, REAL_XNNPACK, SME_XNNPACK
 
-from pytest_sme2 import categories
-from pytest_sme2.categories import (
+from pytest_sme2.analysis import categories
+from pytest_sme2.analysis.categories import (
     CATEGORIES,
     NATIVE_OPERATORS,
     SUBCATEGORY_CATEGORY,

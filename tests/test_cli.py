@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.analysis import profile
-from pytest_sme2.categories import CATEGORIES
+from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.analysis.profile import profile
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.cli import main
-from pytest_sme2.trace import read_etdump
 
 DATA = Path(__file__).parent / "data"
 FOREIGN = DATA / "xnnpack_cnn_fp32_3runs.etdp"  # written by ExecuTorch's Python bindings
@@ -81,8 +81,8 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, content, needle):
 
 def test_a_pte_given_as_a_trace_is_named():
     import models  # noqa: F401  (registers toy_cnn)
-    from pytest_sme2.export import export_model
-    from pytest_sme2.models import get_model
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.registry import get_model
 
     pte = export_model(get_model("toy_cnn"), "fp32").pte
     proc = subprocess.run(
@@ -97,8 +97,8 @@ def test_a_pte_given_as_a_trace_is_named():
 
 def test_etrecord_names_the_backend_of_delegated_operators(tmp_path: Path, capsys):
     import models  # noqa: F401  (registers toy_cnn)
-    from pytest_sme2.export import export_model
-    from pytest_sme2.models import get_model
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.registry import get_model
     from pytest_sme2.runner.build import build_runner
     from pytest_sme2.runner.invoke import RunPlan, run_runner
 

@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
-from pytest_sme2.baseline import Tolerances, from_measurement
-from pytest_sme2.baseline_file import load
-from pytest_sme2.deadline import (
+from pytest_sme2.judge.baseline import Tolerances, from_measurement
+from pytest_sme2.judge.baseline_file import load
+from pytest_sme2.judge.deadlines import case_deadline
+from pytest_sme2.run.deadline import (
     EMULATED_INSTRUCTIONS_PER_S,
     EMULATED_MARGIN_S,
     NATIVE_MARGIN_S,
     SLACK,
     Deadline,
-    case_deadline,
 )
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.host import HostDevice
-from pytest_sme2.devices.qemu import EMULATED_TIMEOUT_S
-from pytest_sme2.measure import MeasurePlan
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.host import HostDevice
+from pytest_sme2.run.devices.qemu import EMULATED_TIMEOUT_S
+from pytest_sme2.run.measure import MeasurePlan
 from pytest_sme2.runner.invoke import DEFAULT_TIMEOUT_S, RunPlan, RunResult
 from tests.measurements import EMULATOR, measure_toy_cnn
 
@@ -106,12 +106,12 @@ def test_devices_are_handed_numbers_and_reach_no_baseline() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, pytest_sme2.devices.registry\n"
+            "import sys, pytest_sme2.run.devices.registry\n"
             "print(sorted(m for m in sys.modules if m.startswith('pytest_sme2.')))",
         ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert "pytest_sme2.devices.qemu" in loaded and "pytest_sme2.devices.android" in loaded
-    assert "pytest_sme2.deadline" not in loaded and "pytest_sme2.baseline" not in loaded
+    assert "pytest_sme2.run.devices.qemu" in loaded and "pytest_sme2.run.devices.android" in loaded
+    assert "pytest_sme2.run.deadline" not in loaded and "pytest_sme2.judge.baseline" not in loaded

@@ -15,23 +15,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
-from pytest_sme2.devices.qemu import (
+from pytest_sme2.analysis.kernel_names import is_unnamed_code
+from pytest_sme2.analysis.trace import read_etdump
+from pytest_sme2.errors import ConfigError, RunnerError, TraceError
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import get_model
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
+from pytest_sme2.run.devices.qemu import (
     COUNTED_WARMUP,
     DEFAULT_SME_VECTOR_LENGTH,
     EVIDENCE_SOURCE,
     QemuSme2Device,
     _count_while,
 )
-from pytest_sme2.devices.qemu_log import count_calls, count_instructions, is_unnamed_code
-from pytest_sme2.errors import ConfigError, RunnerError, TraceError
-from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan
-from pytest_sme2.models import get_model
+from pytest_sme2.run.devices.qemu_log import count_calls, count_instructions
+from pytest_sme2.run.measure import MeasurePlan
 from pytest_sme2.runner.invoke import RunPlan
-from pytest_sme2.tensors import read_tensors
-from pytest_sme2.trace import read_etdump
+from pytest_sme2.runner.tensors import read_tensors
 from tests.measurements import measure_toy_cnn
 
 _WORK = """\

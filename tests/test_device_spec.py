@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pytest_sme2.devices.registry import DEVICE_CLASSES
-from pytest_sme2.devices.spec import DeviceSpec, parse_device_specs
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.run.devices.registry import DEVICE_CLASSES
+from pytest_sme2.run.devices.spec import DeviceSpec, parse_device_specs
 
 
 def test_a_fleet_parses_in_order_with_each_devices_options() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline_file import load
 from pytest_sme2.cache import cache_root
+from pytest_sme2.judge.baseline_file import load
 from tests.inner import INNER_TEST, inner_conftest
 
 pytest_plugins = ["pytester"]

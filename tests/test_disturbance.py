@@ -19,10 +19,15 @@ from typing import Any
 
 import pytest
 
-from pytest_sme2.baseline import Tolerances, from_measurement
-from pytest_sme2.calibration import calibrate
-from pytest_sme2.decision import decide, failure_report
-from pytest_sme2.disturbance import (
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.judge.baseline import Tolerances, from_measurement
+from pytest_sme2.judge.calibration import calibrate
+from pytest_sme2.judge.decision import decide, failure_report
+from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.time_gates import DISTURBED
+from pytest_sme2.judge.verdict import Status
+from pytest_sme2.run.disturbance import (
     MAX_PREEMPTED_SHARE,
     Disturbance,
     MachineLoad,
@@ -31,11 +36,8 @@ from pytest_sme2.disturbance import (
     lost_cpu,
     series,
 )
-from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import Expectations, Status, judge
-from pytest_sme2.measure import fastest
-from pytest_sme2.result import Measurement
-from pytest_sme2.time_gates import DISTURBED
+from pytest_sme2.run.measure import fastest
+from pytest_sme2.run.measurement import Measurement
 from tests.measurements import HOST, measurement
 from tests.test_plugin import make_suite, run
 
@@ -242,8 +244,8 @@ def test_the_machine_load_is_read_while_measuring():
 def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
     """The real runner pinned to one CPU with two spinners on it: its executions lose the CPU
     and it says so; CPU time never exceeds the wall clock."""
-    from pytest_sme2.export import export_model
-    from pytest_sme2.models import get_model
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.registry import get_model
     from pytest_sme2.runner import RunPlan, build_runner, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")

@@ -24,18 +24,18 @@ pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
 import models  # noqa: F401  (registers the examples)
+from pytest_sme2.analysis.numerics import TOLERANCES, DegenerateOutputWarning
 from pytest_sme2.errors import STAGES, ConfigError, ExportError, NumericsError
-from pytest_sme2.export import (
+from pytest_sme2.export.exporter import (
     MANIFEST_NAME,
     Artifact,
     artifact_dir,
     export_model,
     load_cached,
 )
-from pytest_sme2.models import ModelSpec, get_model, registered_models
-from pytest_sme2.numerics import TOLERANCES, DegenerateOutputWarning
-from pytest_sme2.program_key import artifact_key
-from pytest_sme2.tensors import read_tensors
+from pytest_sme2.export.key import artifact_key
+from pytest_sme2.export.registry import ModelSpec, get_model, registered_models
+from pytest_sme2.runner.tensors import read_tensors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,8 +71,8 @@ from pathlib import Path
 import torch
 sys.path.insert(0, sys.argv[1])
 import lazy_model
-from pytest_sme2.export import export_model
-from pytest_sme2.models import ModelSpec
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import ModelSpec
 spec = ModelSpec("lazy_model", lazy_model.build, lazy_model.inputs, "lazy")
 started = time.perf_counter()
 artifact = export_model(spec, "fp32", cache_dir=Path(sys.argv[2]))
@@ -365,7 +365,7 @@ def test_fp16_is_compared_with_eager_fp32_where_pytorch_cannot_run_it_saying_why
     with eager fp32, and the reference says so and why."""
     import torch
 
-    from pytest_sme2.recipes import Reference, fp16_reference
+    from pytest_sme2.export.recipes import Reference, fp16_reference
 
     class Inverse(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -388,7 +388,7 @@ def test_a_buffer_reached_through_another_object_is_exported_as_state() -> None:
     its cache a mutable buffer."""
     import torch
 
-    from pytest_sme2.recipes import export_program, lower, writes_constants
+    from pytest_sme2.export.recipes import export_program, lower, writes_constants
 
     class Cache:
         def __init__(self) -> None:
@@ -418,7 +418,7 @@ def test_fp16_converts_a_buffer_another_object_holds() -> None:
     value to have the same dtype"). The fp16 program's buffers convert in place."""
     import torch
 
-    from pytest_sme2.recipes import RECIPES
+    from pytest_sme2.export.recipes import RECIPES
 
     class Cache:
         def __init__(self) -> None:
@@ -577,9 +577,9 @@ import os, signal, sys, warnings
 import torch
 
 sys.path.insert(0, {repo!r})
-from pytest_sme2.export import export_model
-from pytest_sme2.prefetch import prefetch
-from pytest_sme2.models import ModelSpec
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.prefetch import prefetch
+from pytest_sme2.export.registry import ModelSpec
 
 
 def linear(width=8):
@@ -657,7 +657,7 @@ def test_prefetch_survives_an_export_process_killed(tmp_path: Path) -> None:
 
 INTERRUPTED = """
 signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test runner left
-from pytest_sme2.program_key import artifact_key
+from pytest_sme2.export.key import artifact_key
 
 STARTS = os.path.join(os.environ["SME2_CACHE_DIR"], "starts")
 
@@ -727,7 +727,7 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
 ) -> None:
     """Each pair is exported by a forked process (the manifest names its pid), two at once, and
     a failure in one is remembered by the session: its test gets it at once."""
-    from pytest_sme2.prefetch import prefetch
+    from pytest_sme2.export.prefetch import prefetch
 
     monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
     narrow = ModelSpec("side_narrow", _linear, _eight, "", ("fp32",), (("width", 8),))

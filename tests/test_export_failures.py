@@ -10,10 +10,13 @@ import pytest
 
 pytest.importorskip("executorch")
 
-from pytest_sme2 import export, export_failures, prefetch, program_key
 from pytest_sme2.errors import ExportError
-from pytest_sme2.export import artifact_dir, export_model
-from pytest_sme2.models import ModelSpec
+from pytest_sme2.export import exporter as export
+from pytest_sme2.export import failures as export_failures
+from pytest_sme2.export import key as program_key
+from pytest_sme2.export import prefetch
+from pytest_sme2.export.exporter import artifact_dir, export_model
+from pytest_sme2.export.registry import ModelSpec
 
 
 def _linear(width: int = 8) -> object:

@@ -28,10 +28,11 @@ import pytest
 torch = pytest.importorskip("torch")
 executorch = pytest.importorskip("executorch")
 
-from pytest_sme2 import program_key, quiet  # noqa: E402
-from pytest_sme2.export import export_model  # noqa: E402
-from pytest_sme2.models import ModelSpec  # noqa: E402
-from pytest_sme2.program_key import artifact_key, program_fingerprint  # noqa: E402
+from pytest_sme2.export import key as program_key  # noqa: E402
+from pytest_sme2.export import quiet  # noqa: E402
+from pytest_sme2.export.exporter import export_model  # noqa: E402
+from pytest_sme2.export.key import artifact_key, program_fingerprint  # noqa: E402
+from pytest_sme2.export.registry import ModelSpec  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
@@ -254,8 +255,8 @@ KEY_SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import user_factory
-from pytest_sme2.program_key import artifact_key
-from pytest_sme2.models import ModelSpec
+from pytest_sme2.export.key import artifact_key
+from pytest_sme2.export.registry import ModelSpec
 spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
 print(artifact_key(spec, "fp32"))
 """
@@ -477,8 +478,8 @@ def test_a_model_that_computes_while_building_keys_the_same_on_any_thread_count(
     import torch
 
     import models  # noqa: F401  (registers the examples)
-    from pytest_sme2.models import get_model
-    from pytest_sme2.program_key import _hash_program
+    from pytest_sme2.export.key import _hash_program
+    from pytest_sme2.export.registry import get_model
 
     spec = get_model("mobilenet_v3_small")
     threads = torch.get_num_threads()
@@ -503,7 +504,7 @@ def _layers_inputs(seed: int, depth: int = 1) -> tuple[Any, ...]:
 def test_the_traced_size_orders_exports_biggest_first() -> None:
     """A session starts its biggest exports first (lowering time grows with the graph), so the
     export phase does not end on one long export with the other core idle."""
-    from pytest_sme2.program_key import traced_size
+    from pytest_sme2.export.key import traced_size
 
     small, big = (
         ModelSpec(f"sized_{depth}", _layers, _layers_inputs, "", ("fp32",), (("depth", depth),))

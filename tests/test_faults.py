@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline_file import load
 from pytest_sme2.cache import cache_root
 from pytest_sme2.errors import RunnerError
+from pytest_sme2.judge.baseline_file import load
 from pytest_sme2.runner.invoke import run_process, run_step
 from tests.inner import INNER_TEST, inner_conftest
 from tests.processes import processes_mentioning
@@ -161,7 +161,7 @@ elif fault == "empty_timings":
 elif fault == "bad_timings":
     path("--timings").write_text(path("--timings").read_text()[:-4])
 elif fault == "shape":
-    from pytest_sme2.tensors import read_tensors, write_tensors
+    from pytest_sme2.runner.tensors import read_tensors, write_tensors
     outputs = path("--outputs")
     write_tensors(outputs, [tensor[..., :1] for tensor in read_tensors(outputs)])
 """

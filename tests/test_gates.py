@@ -6,14 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_sme2.attribution import OperatorKernels
-from pytest_sme2.baseline import Baseline, Tolerances, from_measurement
-from pytest_sme2.baseline_update import merge
-from pytest_sme2.decision import decide, failure_report, only_time_gates_failed
-from pytest_sme2.devices.base import Variant
+from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import RECORD_IT, Expectations, Status, judge
-from pytest_sme2.result import Measurement
+from pytest_sme2.judge.baseline import Baseline, Tolerances, from_measurement
+from pytest_sme2.judge.baseline_update import merge
+from pytest_sme2.judge.decision import decide, failure_report, only_time_gates_failed
+from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.verdict import RECORD_IT, Status
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measurement import Measurement
 from tests.measurements import (
     HOST,
     LHS_QUANT_PACK,
@@ -281,7 +283,7 @@ def test_dynamic_int8_without_kernel_evidence_is_skipped_not_passed():
 
 
 def test_only_sme1_kernels_fail_and_sme_in_the_off_variant_fails():
-    from pytest_sme2.devices.base import Sme2Evidence
+    from pytest_sme2.run.devices.base import Sme2Evidence
     from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
 
     sme1 = Sme2Evidence(instructions=90_000, sme_kernels=("kai_run_x_sme_mopa",), source="log")
@@ -318,7 +320,7 @@ def test_instruction_ratio_floor_and_baseline_on_an_emulator():
 
 
 def test_outputs_that_differ_on_vs_off_fail_parity_with_the_numbers():
-    from pytest_sme2.numerics import Numerics
+    from pytest_sme2.analysis.numerics import Numerics
 
     bad = Numerics(max_abs=0.5, max_rel=0.5, tolerance_abs=1e-5, tolerance_rel=1e-4, ok=False)
     v = by_gate(judge(replace(measurement(SME2_DEVICE), parity=bad), None, Expectations(), TOL))
@@ -353,8 +355,8 @@ def test_shares_are_not_judged_where_time_means_nothing():
 
 
 def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
-    from pytest_sme2.decision import only_time_gates_failed
-    from pytest_sme2.gates import Verdict
+    from pytest_sme2.judge.decision import only_time_gates_failed
+    from pytest_sme2.judge.verdict import Verdict
 
     def v(gate, status=Status.FAIL):
         return Verdict(gate, status, "")
@@ -369,7 +371,7 @@ def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
 
 
 def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
-    from pytest_sme2.decision import judge_confirmed
+    from pytest_sme2.judge.decision import judge_confirmed
 
     base = from_measurement(measurement(HOST), TOL)
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
@@ -401,7 +403,7 @@ def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
 
 
 def test_structure_failures_and_just_written_baselines_are_not_re_measured():
-    from pytest_sme2.decision import judge_confirmed
+    from pytest_sme2.judge.decision import judge_confirmed
 
     base = from_measurement(measurement(HOST), TOL)
     changed = measurement(HOST, off_ops=(*OFF_OPS, ("Transpose (ND, X32)", 1.0)))

@@ -21,13 +21,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pytest_sme2.analysis import INSTRUCTIONS, profile
+from pytest_sme2.analysis.etrecord import delegate_backends
+from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
+from pytest_sme2.analysis.trace import EXECUTE, read_etdump
 from pytest_sme2.cache import cache_root
 from pytest_sme2.cli import main
-from pytest_sme2.etrecord import delegate_backends
 from pytest_sme2.report.kit_json import TIME_MODEL
 from pytest_sme2.report.rundir import load_test_dir
-from pytest_sme2.trace import EXECUTE, read_etdump
 from tests.inner import INNER_TEST, inner_conftest
 
 MODEL = "kit_small"

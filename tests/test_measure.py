@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
-from pytest_sme2 import measure as measure_module
 from pytest_sme2 import progress
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan, _parity
-from pytest_sme2.models import get_model
-from pytest_sme2.tensors import read_tensors, write_tensors
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import get_model
+from pytest_sme2.run import measure as measure_module
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.host import HostDevice
+from pytest_sme2.run.measure import MeasurePlan, _parity
+from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.measurements import OFF_OPS, ON_OPS, measure_toy_cnn, variant
 
 
@@ -73,8 +73,8 @@ def test_parity_judges_on_against_off_with_the_dtype_tolerance(tmp_path: Path):
 def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a_slow_one(
     tmp_path: Path,
 ):
-    from pytest_sme2.measure import settle
-    from pytest_sme2.reference import REFERENCE
+    from pytest_sme2.export.reference import REFERENCE
+    from pytest_sme2.run.measure import settle
 
     artifact = export_model(REFERENCE, "fp32")
     device = HostDevice()
@@ -97,7 +97,7 @@ def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a
 
 
 def test_machine_speed_is_the_fastest_reference_seen_or_the_baselines():
-    from pytest_sme2.measure import MachineSpeed
+    from pytest_sme2.run.measure import MachineSpeed
     from tests.measurements import measurement
 
     speed = MachineSpeed()
@@ -114,7 +114,7 @@ def test_machine_speed_is_the_fastest_reference_seen_or_the_baselines():
 
 
 def test_the_fastest_of_two_measurements_is_the_one_taken_while_the_machine_was_fastest():
-    from pytest_sme2.measure import fastest
+    from pytest_sme2.run.measure import fastest
     from tests.measurements import measurement
 
     disturbed = measurement(off_latencies=(10.8, 10.9, 10.7))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.analysis.trace import Run, Trace, parse_etdump, read_etdump
 from pytest_sme2.errors import TraceError
-from pytest_sme2.modelled_etdump import MODELLED_NAME, modelled_etdump, write_modelled_etdump
-from pytest_sme2.trace import Run, Trace, parse_etdump, read_etdump
+from pytest_sme2.run.modelled_etdump import MODELLED_NAME, modelled_etdump, write_modelled_etdump
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = ("xnnpack_cnn_fp32_3runs.etdp", "xnnpack_attention_fp16_2runs.etdp")

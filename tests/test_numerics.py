@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_sme2.numerics import (
+from pytest_sme2.analysis.numerics import (
     TOLERANCES,
     Deviation,
     ExportNumerics,

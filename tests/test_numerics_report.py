@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.baseline import Tolerances
 from pytest_sme2.cache import cache_root
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.gates import Expectations, Status, judge
-from pytest_sme2.measure import _parity
+from pytest_sme2.judge.baseline import Tolerances
+from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.verdict import Status
 from pytest_sme2.report.artifacts import REPORT_NAME
 from pytest_sme2.report.rundir import load_test_dir
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measure import _parity
 
 pytest_plugins = ["pytester"]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_sme2.ops import (
+from pytest_sme2.analysis.ops import (
     _NATIVE,
     BARE_OPERATORS,
     FRAMEWORK_EVENTS,

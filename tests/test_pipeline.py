@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers the example models)
-from pytest_sme2.analysis import profile
+from pytest_sme2.analysis.profile import profile
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ExportError
-from pytest_sme2.export import Artifact, export_model
-from pytest_sme2.models import registered_models
+from pytest_sme2.export.exporter import Artifact, export_model
+from pytest_sme2.export.registry import registered_models
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, run_runner
-from pytest_sme2.trace import read_etdump
 
 CASES = [(spec, dtype) for spec in registered_models() for dtype in spec.dtypes]
 RUNS, WARMUP = 3, 1

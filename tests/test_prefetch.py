@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.prefetch import _host_runner_built_meanwhile
+from pytest_sme2.export.prefetch import _host_runner_built_meanwhile
 from pytest_sme2.runner import build_runner
 
 
@@ -44,8 +44,8 @@ def test_a_session_alone_hands_its_processes_the_biggest_graphs_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever order it is given (a benchmark's, a plugin's): the phase ends on small exports."""
-    from pytest_sme2 import prefetch as module
-    from pytest_sme2.models import ModelSpec
+    from pytest_sme2.export import prefetch as module
+    from pytest_sme2.export.registry import ModelSpec
 
     monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
     small, big = (

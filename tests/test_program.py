@@ -23,14 +23,14 @@ import numpy as np
 import pytest
 
 from pytest_sme2 import register_program
+from pytest_sme2.analysis.numerics import TOLERANCES, ExportNumerics, tolerance_for
 from pytest_sme2.cache import cache_root
-from pytest_sme2.devices.base import Variant
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.gates import Status
-from pytest_sme2.numerics import TOLERANCES, ExportNumerics, tolerance_for
+from pytest_sme2.judge.verdict import Status
 from pytest_sme2.report.rundir import load_test_dir
+from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
-from pytest_sme2.tensors import read_tensors, write_tensors
+from pytest_sme2.runner.tensors import read_tensors, write_tensors
 
 pytest_plugins = ["pytester"]
 

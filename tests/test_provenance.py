@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.fx.traceback import NodeSource
 
-from pytest_sme2.provenance import provenance_shared
-from pytest_sme2.recipes import export_program, lower, to_executorch
+from pytest_sme2.export.provenance import provenance_shared
+from pytest_sme2.export.recipes import export_program, lower, to_executorch
 
 
 def _model() -> torch.nn.Module:

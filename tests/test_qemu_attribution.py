@@ -1,9 +1,9 @@
 """Instructions per operator on qemu-sme2, on real exports, the real aarch64 runner, real qemu.
 
 The counted inference's instructions are split between its ETDump events at the guest's clock
-reads (:mod:`pytest_sme2.attribution`). What must hold for it to be a gate: the split repeats to
-the instruction, it never counts more than the inference executed, the committed shares are what
-the example models measure, and a model doing a little more work fails, naming what grew.
+reads (:mod:`pytest_sme2.analysis.attribution`). What must hold for it to be a gate: the split
+repeats to the instruction, it never counts more than the inference executed, the committed shares
+are what the example models measure, and a model doing a little more work fails, naming what grew.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers the examples)
-from pytest_sme2.analysis import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
-from pytest_sme2.attribution import instruction_trace
+from pytest_sme2.analysis.attribution import instruction_trace
+from pytest_sme2.analysis.categories import is_leaf
+from pytest_sme2.analysis.profile import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
+from pytest_sme2.analysis.trace import Trace, read_etdump
 from pytest_sme2.cache import cache_root
-from pytest_sme2.categories import is_leaf
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.qemu import COUNTED_WARMUP, QemuSme2Device
-from pytest_sme2.export import export_model
-from pytest_sme2.models import get_model
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import get_model
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.qemu import COUNTED_WARMUP, QemuSme2Device
 from pytest_sme2.runner.invoke import RunPlan
-from pytest_sme2.trace import Trace, read_etdump
 
 pytest_plugins = ["pytester"]
 

@@ -1,8 +1,8 @@
 """Kernels per operator on qemu-sme2, on real exports, the real aarch64 runner, real qemu.
 
 The functions that executed between the clock reads bounding an operator event are its kernels
-(:func:`pytest_sme2.attribution.operator_kernels`). What must hold for the kernel view to be
-believed: every operator's functions add up to exactly its instructions, and SME2 shows where the
+(:func:`pytest_sme2.analysis.attribution.operator_kernels`). What must hold for the kernel view to
+be believed: every operator's functions add up to exactly its instructions, and SME2 shows where the
 operator names say it must — an SME2 kernel in every packed operator with SME2 on, in none off.
 """
 
@@ -15,20 +15,22 @@ import pytest
 import torch
 
 import models  # noqa: F401  (registers the examples)
-from pytest_sme2.analysis import INSTRUCTIONS, profile
-from pytest_sme2.baseline import Tolerances
-from pytest_sme2.categories import is_leaf
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.kernel_log import KERNEL_CSV_COLUMNS, Isa, kernel_isa
-from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.export import export_model
-from pytest_sme2.gates import Expectations, Status, judge
-from pytest_sme2.kernels import PACKING, kernel_role, kernels_frame, layers_without_sme2
-from pytest_sme2.models import ModelSpec, get_model
-from pytest_sme2.ops import parse_op_name
+from pytest_sme2.analysis.categories import is_leaf
+from pytest_sme2.analysis.kernel_names import KERNEL_CSV_COLUMNS, Isa, kernel_isa
+from pytest_sme2.analysis.kernels import PACKING, kernel_role, kernels_frame, layers_without_sme2
+from pytest_sme2.analysis.ops import parse_op_name
+from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import ModelSpec, get_model
+from pytest_sme2.judge.baseline import Tolerances
+from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.verdict import Status
 from pytest_sme2.report.advice import sme2_path_advice
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.result import Measurement
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.qemu import QemuSme2Device
+from pytest_sme2.run.measurement import Measurement
 from tests.measurements import variant as variant_measurement
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
-from pytest_sme2.devices.qemu_log import UNMAPPED, count_instructions, is_sme
 from pytest_sme2.errors import TraceError
+from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
+from pytest_sme2.run.devices.qemu_log import UNMAPPED, count_instructions, is_sme
 
 SMSTART, SMSTOP = 0xD503477F, 0xD503467F
 ZERO_ZA, FMOPA, ZERO_ZT0 = 0xC00800FF, 0x80810000, 0xC0480001  # zero {za}; fmopa za0.s, ...; SME2

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("executorch")
 
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ExportError
-from pytest_sme2.export import Artifact, export_model
-from pytest_sme2.models import ModelSpec
+from pytest_sme2.export.exporter import Artifact, export_model
+from pytest_sme2.export.registry import ModelSpec
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
-from pytest_sme2.trace import read_etdump
 
 
 def _manifest(artifact: Artifact) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def test_the_report_names_the_linear_layers_8da4w_left_in_float(tmp_path: Path) 
     from dataclasses import replace
 
     from pytest_sme2.report.markdown import case_report
-    from pytest_sme2.result import Measurement
+    from pytest_sme2.run.measurement import Measurement
     from tests.measurements import measurement
 
     numerics = export_model(MLP, "8da4w").numerics
@@ -173,7 +173,7 @@ def test_fp16_converts_a_decode_steps_kv_cache_with_the_model() -> None:
     from dataclasses import replace
 
     import models  # noqa: F401  (registers the examples)
-    from pytest_sme2.models import get_model
+    from pytest_sme2.export.registry import get_model
 
     spec = replace(get_model("tiny_llama_decode"), dtypes=("fp16",))
     artifact = export_model(spec, "fp16")

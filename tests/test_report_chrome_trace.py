@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.analysis.trace import EXECUTE, Event, Run, Trace, read_etdump
 from pytest_sme2.report.chrome_trace import GRID_NS, chrome_trace, write_chrome_trace
-from pytest_sme2.trace import EXECUTE, Event, Run, Trace, read_etdump
 
 DATA = Path(__file__).parent / "data"
 REAL_TRACES = sorted(DATA.glob("*.etdp"))

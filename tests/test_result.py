@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
-from pytest_sme2.categories import Classifier
-from pytest_sme2.devices.base import Device, Variant
-from pytest_sme2.devices.host import HostDevice
-from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.export import export_model
-from pytest_sme2.measure import MeasurePlan, measure
-from pytest_sme2.models import get_model
-from pytest_sme2.result import Measurement
+from pytest_sme2.analysis.categories import Classifier
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import get_model
+from pytest_sme2.run.devices.base import Device, Variant
+from pytest_sme2.run.devices.host import HostDevice
+from pytest_sme2.run.devices.qemu import QemuSme2Device
+from pytest_sme2.run.measure import MeasurePlan, measure
+from pytest_sme2.run.measurement import Measurement
 
 
 def measured(device: Device, dtype: str, workdir: Path) -> Measurement:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.export import export_model
-from pytest_sme2.models import ModelSpec
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.registry import ModelSpec
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.build import (
     RUNNER_SOURCE_DIR,
@@ -24,7 +24,7 @@ from pytest_sme2.runner.build import (
     find_cmake,
 )
 from pytest_sme2.runner.invoke import TIMINGS_NAME
-from pytest_sme2.tensors import read_tensors, write_tensors
+from pytest_sme2.runner.tensors import read_tensors, write_tensors
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.errors import ExportError
-from pytest_sme2.export import Artifact, export_model
-from pytest_sme2.models import ModelSpec, registered_models
+from pytest_sme2.export.exporter import Artifact, export_model
+from pytest_sme2.export.registry import ModelSpec, registered_models
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.qemu import QemuSme2Device
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
-from pytest_sme2.tensors import read_tensors
+from pytest_sme2.runner.tensors import read_tensors
 
 #: Executions of the repeated run: enough for a program that overwrites its inputs, or steps its
 #: state, to have done so twice before the last one.

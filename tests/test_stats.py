@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_sme2.stats import LatencyStats, median_ratio
+from pytest_sme2.analysis.stats import LatencyStats, median_ratio
 
 
 def test_latency_stats_match_numpy():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_sme2.errors import RunnerError
-from pytest_sme2.tensors import (
+from pytest_sme2.runner.tensors import (
     BFLOAT16,
     decode_tensors,
     encode_tensors,

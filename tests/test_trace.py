@@ -24,8 +24,8 @@ from etdump_fuzz import fuzz
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_sme2.analysis.trace import Event, Run, Trace, parse_etdump, read_etdump
 from pytest_sme2.errors import TraceError
-from pytest_sme2.trace import Event, Run, Trace, parse_etdump, read_etdump
 
 DATA = Path(__file__).parent / "data"
 REAL = sorted(DATA.glob("*.etdp"))
@@ -425,7 +425,7 @@ def test_events_sharing_one_long_name_are_a_trace_error_at_once() -> None:
 
 
 def test_an_event_with_a_200_kb_name_is_parsed_and_profiled_within_a_second() -> None:
-    from pytest_sme2.analysis import profile
+    from pytest_sme2.analysis.profile import profile
 
     name = "a" + " " * 200_000 + "b"
     op = _xnnpack(name, 1_010, 1_020)

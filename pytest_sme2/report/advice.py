@@ -3,16 +3,14 @@ that triggered it, and what the executed kernels say about the SME2 path of GEMM
 
 Apart from :mod:`pytest_sme2.report.content` (which states the numbers) because these sentences
 judge: they draw on the profile *and* the device's evidence, and the SME2-path judgement is the
-same rule the ``require_sme2_kernels`` gate fails on (:func:`pytest_sme2.kernels.
+same rule the ``require_sme2_kernels`` gate fails on (:func:`pytest_sme2.analysis.kernels.
 layers_without_sme2`), so a report cannot say less than the gate did.
 """
 
 from __future__ import annotations
 
-from pytest_sme2.analysis import OTHER, OperatorStat
-from pytest_sme2.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.kernels import (
+from pytest_sme2.analysis.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
+from pytest_sme2.analysis.kernels import (
     BOTTLENECK_SHARE,
     PACKING,
     SME_CAPABLE_SUBCATEGORIES,
@@ -21,8 +19,11 @@ from pytest_sme2.kernels import (
     layers_without_sme2,
     ran_sme2,
 )
-from pytest_sme2.report.content import ms, non_delegated, pct, ratio
-from pytest_sme2.result import Measurement
+from pytest_sme2.analysis.profile import OTHER, OperatorStat
+from pytest_sme2.report.content import non_delegated
+from pytest_sme2.report.format import ms, pct, ratio
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measurement import Measurement
 
 #: An SME2 operator spending at least this part of its instructions packing its input is worth a
 #: sentence: its matmul got cheap, the packing did not (an int8-dynamic fully connected layer on

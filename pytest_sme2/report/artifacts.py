@@ -26,8 +26,8 @@ tools read it unchanged (docs: kit-interop.md):
   * ``<prefix>_trace.json`` — Chrome Trace Event Format for Perfetto;
   * ``kernels.csv`` — where the device shows kernels (qemu's exec log, a Debug runner's kernel
     log): one row per microkernel with the kit's columns
-    (:func:`pytest_sme2.kernels.kernels_frame`), the file the kit's ``generate_kernel_view.py``
-    is pointed at;
+    (:func:`pytest_sme2.analysis.kernels.kernels_frame`), the file the kit's
+    ``generate_kernel_view.py`` is pointed at;
 * ``sme2_analysis_summary.json``, ``sme2_report.md`` and the chart PNGs — ours, under names the
   kit's tools never write (they write ``analysis_summary.json`` and ``report.md`` into the run
   directory, and the three kit-named CSVs beside each ETDump: those hold what the kit's
@@ -46,7 +46,7 @@ steady-state inference (:data:`TIME_MODEL`, also in both JSON files), so the spe
 (the kit prefers a timeline's rows to ``metrics.json``). The experiment folder's ETDump, which the
 kit's ``analyze_results.py`` re-reads into its CSVs, is modelled too: the counted inference alone,
 every event's start and end its instruction count (1 ns = 1 instruction,
-:mod:`pytest_sme2.modelled_etdump`); the runner's own ETDumps in ``.sme2-runs/`` keep the
+:mod:`pytest_sme2.run.modelled_etdump`); the runner's own ETDumps in ``.sme2-runs/`` keep the
 emulator's clock. Where an emulated device counts no instructions, ``results[]`` carries no
 latency at all: nothing the kit can turn into a speedup. Our own files keep instruction counts
 under ``*_minstr`` and ``*_instructions*`` names.
@@ -82,15 +82,15 @@ from typing import Any
 
 import pandas as pd
 
-from pytest_sme2.analysis import INSTRUCTIONS, Profile, event_backend, unit_suffix
+from pytest_sme2.analysis.categories import Classifier
+from pytest_sme2.analysis.kernels import kernels_frame
+from pytest_sme2.analysis.ops import parse_op_name
+from pytest_sme2.analysis.profile import INSTRUCTIONS, Profile, event_backend, unit_suffix
+from pytest_sme2.analysis.trace import Run, Trace, read_etdump
 from pytest_sme2.cache import write_atomic
-from pytest_sme2.categories import Classifier
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.gates import Verdict
-from pytest_sme2.kernels import kernels_frame
-from pytest_sme2.ops import parse_op_name
+from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report.chrome_trace import write_chrome_trace
-from pytest_sme2.report.content import ordered_variants
+from pytest_sme2.report.format import ordered_variants
 from pytest_sme2.report.kit_json import (
     Program,
     VariantFiles,
@@ -102,8 +102,8 @@ from pytest_sme2.report.kit_json import (
     relative_path,
 )
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.result import Measurement, VariantMeasurement
-from pytest_sme2.trace import Run, Trace, read_etdump
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measurement import Measurement, VariantMeasurement
 
 TIMELINE_COLUMNS = (
     "model_id",

@@ -14,15 +14,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.report.content import (
+from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.report.format import (
     case_title,
     counts_instructions,
     latency_source,
     ordered_variants,
     unit,
 )
-from pytest_sme2.result import Measurement
+from pytest_sme2.run.measurement import Measurement
 
 #: One colour per category, the same in every chart (colour-blind safe Tableau order).
 CATEGORY_COLOURS = {

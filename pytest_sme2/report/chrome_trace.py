@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_sme2.categories import Classifier
-from pytest_sme2.trace import EXECUTE, Event, Trace
+from pytest_sme2.analysis.categories import Classifier
+from pytest_sme2.analysis.trace import EXECUTE, Event, Trace
 
 #: Time grid in ns (0.125 µs): multiples of it are exact in binary floating point as µs.
 GRID_NS = 125

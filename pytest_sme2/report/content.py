@@ -9,116 +9,31 @@ sums and ratios of those values. What the device's evidence says about SME2 is i
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from pytest_sme2.analysis import OTHER, Profile
-from pytest_sme2.categories import CATEGORIES
-from pytest_sme2.devices.base import Variant, describe_class
-from pytest_sme2.gates import Status, Verdict
-from pytest_sme2.kernels import BOTTLENECK_SHARE
-from pytest_sme2.numerics import DEGENERATE_ADVICE, NO_REFERENCE
-from pytest_sme2.ops import parse_op_name
-from pytest_sme2.result import Measurement
-from pytest_sme2.stats import LatencyStats
-from pytest_sme2.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
-
-
-@dataclass(frozen=True)
-class Table:
-    """A small table of already formatted cells, rendered to markdown or HTML."""
-
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-    def markdown(self) -> str:
-        def line(cells: Sequence[str]) -> str:
-            return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
-
-        align = [
-            "---" if i == 0 else "---:" if _numeric(self, i) else "---"
-            for i in range(len(self.headers))
-        ]
-        return "\n".join(
-            [line(self.headers), "| " + " | ".join(align) + " |", *map(line, self.rows)]
-        )
-
-    def html(self, css_class: str = "sme2-table") -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-            for row in self.rows
-        )
-        return (
-            f'<table class="{css_class}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>"
-        )
-
-
-def _numeric(table: Table, column: int) -> bool:
-    """Right-align a column whose cells all start like a number ("1.23", "45.6%", "2.10×")."""
-    cells = [row[column] for row in table.rows if row[column] not in ("", "—")]
-    return bool(cells) and all(c[:1].isdigit() or c[:1] in "-+" for c in cells)
-
-
-def ms(value: float) -> str:
-    return f"{value:.3f}"
-
-
-def pct(fraction: float) -> str:
-    return f"{100 * fraction:.1f}%"
-
-
-def ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}×"
-
-
-def unit(m: Measurement) -> str:
-    """What the profiles' values are: ``ms``, or ``M instr`` (millions of guest instructions)
-    where the device counts instructions because its time means nothing (qemu-sme2)."""
-    return m.variants[m.headline].profile.unit
-
-
-def counts_instructions(m: Measurement) -> bool:
-    return m.variants[m.headline].profile.counts_instructions
-
-
-def off_on_label(m: Measurement) -> str:
-    """The header of an off ÷ on column: a speedup in time, an instruction ratio otherwise."""
-    return "instructions off ÷ on" if counts_instructions(m) else "speedup"
-
-
-def ordered_variants(m: Measurement) -> list[Variant]:
-    """Measured variants, SME2-off first: reports read "before → after"."""
-    return [v for v in (Variant.OFF, Variant.ON) if v in m.variants]
-
-
-def case_title(m: Measurement) -> str:
-    threads = "" if m.threads == 1 else f", {m.threads} threads"
-    return f"{m.model}[{m.dtype}] on {m.device.name}{threads}"
-
-
-def timing_stats(m: Measurement, variant: Variant) -> LatencyStats:
-    """Statistics of the variant's latencies (timing-only runs; see ``latency_source``)."""
-    return LatencyStats.of(m.variants[variant].latencies_ms)
-
-
-def e2e_text(m: Measurement, variant: Variant) -> str:
-    """The variant's median E2E with its unit: timing-only milliseconds, or, where time means
-    nothing, the counted inference's millions of instructions."""
-    prof = m.variants[variant].profile
-    if prof.counts_instructions:
-        return f"{ms(prof.latency.median_ms)} {prof.unit}"
-    return f"{ms(timing_stats(m, variant).median_ms)} ms"
-
-
-def latency_source(m: Measurement) -> str:
-    """Where the latencies come from: timing-only runs, or (for traces made elsewhere, which
-    have no timing-only runs) the traced runs' E2E, which include the event tracer's cost."""
-    if all(vm.timing_warmup is not None for vm in m.variants.values()):
-        return "timing-only runs"
-    return "traced runs' E2E (no timing-only runs; includes tracing overhead)"
+from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.analysis.kernels import BOTTLENECK_SHARE
+from pytest_sme2.analysis.numerics import DEGENERATE_ADVICE, NO_REFERENCE
+from pytest_sme2.analysis.ops import parse_op_name
+from pytest_sme2.analysis.profile import OTHER, Profile
+from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
+from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.report.format import (
+    Table,
+    counts_instructions,
+    e2e_text,
+    ms,
+    off_on_label,
+    ordered_variants,
+    pct,
+    ratio,
+    timing_stats,
+    unit,
+)
+from pytest_sme2.report.load import init_text
+from pytest_sme2.report.throughput import per_token_text
+from pytest_sme2.run.devices.base import Variant, describe_class
+from pytest_sme2.run.measurement import Measurement
 
 
 def single_variant_note(m: Measurement) -> str | None:
@@ -499,8 +414,6 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
         return ms(timing_stats(m, variant).median_ms)
 
     # they build on this module
-    from pytest_sme2.report.load import init_text
-    from pytest_sme2.report.throughput import per_token_text
 
     row = {
         "model": m.model,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.kernels import ROLES, kernel_role, kernels_by_kind
-from pytest_sme2.ops import parse_op_name
-from pytest_sme2.report.content import Table, ordered_variants, pct
-from pytest_sme2.result import Measurement
+from pytest_sme2.analysis.kernels import ROLES, kernel_role, kernels_by_kind
+from pytest_sme2.analysis.ops import parse_op_name
+from pytest_sme2.report.format import Table, ordered_variants, pct
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measurement import Measurement
 
 
 def instruction_source(m: Measurement) -> str:
@@ -54,7 +54,7 @@ def kernel_table(m: Measurement) -> Table | None:
     """The kernel view: for the top operators (of the headline variant, matched across
     variants by ``OpName.unpacked_key``), the functions that executed in them with their share of
     the operator's instructions, SME2-off beside SME2-on ("—": it did not run there); a first
-    row per operator splits it by role (:data:`pytest_sme2.kernels.ROLES`). None where no
+    row per operator splits it by role (:data:`pytest_sme2.analysis.kernels.ROLES`). None where no
     variant has kernels per operator (only qemu-sme2 counts them)."""
     kinds: dict[Variant, dict[str, dict[str, int]]] = {}
     for variant in ordered_variants(m):

@@ -11,14 +11,15 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
-from pytest_sme2.gates import Verdict
+from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
 from pytest_sme2.report import evidence as e
+from pytest_sme2.report import format as fmt
 from pytest_sme2.report.charts import data_uri
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.throughput import phase_line, throughput_table
-from pytest_sme2.result import Measurement
+from pytest_sme2.run.measurement import Measurement
 
 #: Extra result-table columns: (header, CSS column name), in order.
 COLUMNS = (
@@ -74,7 +75,7 @@ def extra_html(
     parts = [
         _STYLE,
         '<div class="sme2-report">',
-        f"<h3>{html.escape(c.case_title(m))}: {html.escape(c.verdict_word(verdicts))}</h3>",
+        f"<h3>{html.escape(fmt.case_title(m))}: {html.escape(c.verdict_word(verdicts))}</h3>",
     ]
     note = c.single_variant_note(m)
     if note:
@@ -89,14 +90,14 @@ def extra_html(
             f'src="{data_uri(png)}">'
         )
     parts.append("</div>")
-    if c.counts_instructions(m):  # emulated time means nothing: instructions instead
+    if fmt.counts_instructions(m):  # emulated time means nothing: instructions instead
         parts.append(
             f"<h4>Instructions per inference ({html.escape(e.instruction_source(m))})</h4>"
             + e.instruction_table(m).html()
         )
     else:
         parts.append(
-            f"<h4>Latency ({html.escape(c.latency_source(m))})</h4>" + c.latency_table(m).html()
+            f"<h4>Latency ({html.escape(fmt.latency_source(m))})</h4>" + c.latency_table(m).html()
         )
     tokens = throughput_table(m)
     if tokens is not None:
@@ -107,7 +108,7 @@ def extra_html(
         line = load_line(m) or ""
         parts.append(f"<h4>Load and memory</h4>{loading.html()}<p>{html.escape(line)}</p>")
     parts.append(
-        f"<h4>Categories (mean {html.escape(c.unit(m))} per traced run)</h4>"
+        f"<h4>Categories (mean {html.escape(fmt.unit(m))} per traced run)</h4>"
         + c.category_table(m).html()
     )
     parts.append(

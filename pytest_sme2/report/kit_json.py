@@ -19,12 +19,12 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
-from pytest_sme2.analysis import unit_suffix
-from pytest_sme2.devices.base import Variant, device_file_name
-from pytest_sme2.gates import Verdict
-from pytest_sme2.report.content import ordered_variants
-from pytest_sme2.result import LoadMeasurement, Measurement, VariantMeasurement
-from pytest_sme2.stats import LatencyStats
+from pytest_sme2.analysis.profile import unit_suffix
+from pytest_sme2.analysis.stats import LatencyStats
+from pytest_sme2.judge.verdict import Verdict
+from pytest_sme2.report.format import ordered_variants
+from pytest_sme2.run.devices.base import Variant, device_file_name
+from pytest_sme2.run.measurement import LoadMeasurement, Measurement, VariantMeasurement
 
 #: ``generator`` value of our manifests' ``sme2`` record: ``sme2 report`` reloads those exactly.
 GENERATOR = "pytest-sme2"
@@ -34,7 +34,7 @@ SCHEMA_VERSION = 3
 #: and metrics.json). The emulator's wall time moves with the host's load and JIT, not with the
 #: guest's work (a 3.43× instruction ratio read as a 1.23× "slowdown"); the instruction count of
 #: one inference is exact, and "1 ns = 1 instruction" is the convention of our instruction-timed
-#: profiles already (:mod:`pytest_sme2.attribution`).
+#: profiles already (:mod:`pytest_sme2.analysis.attribution`).
 TIME_MODEL = (
     "modelled: 1 ms = 1,000,000 guest instructions of one steady-state inference (qemu exec "
     "log); emulated wall time is not a signal"

@@ -12,14 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.gates import Verdict
+from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
 from pytest_sme2.report import evidence as e
+from pytest_sme2.report import format as fmt
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.throughput import phase_line, throughput_table
-from pytest_sme2.result import Measurement
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measurement import Measurement
 
 
 def _section(title: str, *body: str) -> str:
@@ -42,9 +43,9 @@ def case_report(
     note = c.single_variant_note(m)
     comparison = m.comparison
     parts = [
-        f"# SME2 report: {title or c.case_title(m)}",
+        f"# SME2 report: {title or fmt.case_title(m)}",
         f"**Verdict: {c.verdict_word(verdicts)}** · E2E median "
-        + " · ".join(f"{v} {c.e2e_text(m, v)}" for v in c.ordered_variants(m))
+        + " · ".join(f"{v} {fmt.e2e_text(m, v)}" for v in fmt.ordered_variants(m))
         + (f" · speedup {c.speedup_text(m)}" if comparison is not None else ""),
     ]
     if note:
@@ -55,7 +56,7 @@ def case_report(
     if comparison is not None:
         s = comparison.speedup
         latency.append(
-            f"**Speedup** (median {Variant.OFF} ÷ median {Variant.ON}, {c.latency_source(m)}): "
+            f"**Speedup** (median {Variant.OFF} ÷ median {Variant.ON}, {fmt.latency_source(m)}): "
             f"{c.speedup_text(m)}; bootstrap 95 % interval"
             + (", resampled by interleaved round" if s.paired else "")
             + "."
@@ -65,7 +66,7 @@ def case_report(
             f"Time on {m.device.name} is not a performance signal "
             f"({m.device.limits.get('latency', 'emulated')}); read the structure, not the clock."
         )
-    if c.counts_instructions(m):  # emulated time means nothing: instructions instead
+    if fmt.counts_instructions(m):  # emulated time means nothing: instructions instead
         parts.append(
             _section(
                 f"Instructions per inference ({e.instruction_source(m)})",
@@ -75,7 +76,7 @@ def case_report(
             )
         )
     else:
-        parts.append(_section(f"Latency (E2E per run, {c.latency_source(m)})", *latency))
+        parts.append(_section(f"Latency (E2E per run, {fmt.latency_source(m)})", *latency))
 
     tokens = throughput_table(m)
     if tokens is not None:
@@ -85,7 +86,7 @@ def case_report(
         parts.append(_section("Load and memory", loading.markdown(), load_line(m) or ""))
     parts.append(
         _section(
-            f"Category breakdown (mean {c.unit(m)} per traced run, share of E2E)",
+            f"Category breakdown (mean {fmt.unit(m)} per traced run, share of E2E)",
             c.category_table(m).markdown(),
             "Other is the residual: E2E minus the four named categories (framework overhead, "
             "pooling, normalization, softmax, reductions).",
@@ -165,7 +166,7 @@ def session_report(
     rows = [c.summary_row(e.measurement, e.verdicts) for e in entries]
     # a column only some rows have (tokens per second: language models only) reads "—" elsewhere
     keys = list(dict.fromkeys(key for row in rows for key in row))
-    table = c.Table(
+    table = fmt.Table(
         ("test", *keys),
         tuple(
             (e.nodeid, *(row.get(key, "—") for key in keys))
@@ -181,7 +182,7 @@ def session_report(
     if unmeasured:
         parts.append(
             "## Not measured\n\n"
-            + c.Table(("test", "outcome", "reason"), tuple(sorted(unmeasured))).markdown()
+            + fmt.Table(("test", "outcome", "reason"), tuple(sorted(unmeasured))).markdown()
         )
     fleet = c.fleet_table([e.measurement for e in entries])
     if fleet is not None:

@@ -26,19 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_sme2.analysis import profile
+from pytest_sme2.analysis.etrecord import delegate_backends
+from pytest_sme2.analysis.profile import profile
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.cache import write_atomic
-from pytest_sme2.devices.base import DeviceInfo, Variant
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.etrecord import delegate_backends
-from pytest_sme2.gates import Verdict
+from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report.artifacts import MANIFEST_NAME, SESSION_REPORT_NAME, write_artifacts
 from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.content import fleet_table
 from pytest_sme2.report.kit_json import GENERATOR, SCHEMA_VERSION, Program
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
-from pytest_sme2.result import Measurement, VariantMeasurement
-from pytest_sme2.trace import read_etdump
+from pytest_sme2.run.devices.base import DeviceInfo, Variant
+from pytest_sme2.run.measurement import Measurement, VariantMeasurement
 
 ETDUMP_SUFFIXES = (".etdump", ".etdp")
 _VARIANT = re.compile(r"sme2[_-]?(on|off)", re.IGNORECASE)

@@ -1,6 +1,6 @@
 """Throughput of a language model's phase: tokens/s, and what bounds it.
 
-A model registered with ``tokens`` (``pytest_sme2.models``) processes that many tokens per
+A model registered with ``tokens`` (``pytest_sme2.export.registry``) processes that many tokens per
 inference: a prefill its whole prompt, a decode step one. Users compare phases in tokens/s, as
 ExecuTorch's llama runner prints them (prompt evaluation, generation); where time is emulated the
 same figure is instructions per token, exact like the instructions it is made of. What the
@@ -13,9 +13,8 @@ its KV cache, than in its GEMVs).
 
 from __future__ import annotations
 
-from pytest_sme2.categories import CATEGORIES, GEMM
-from pytest_sme2.devices.base import Variant
-from pytest_sme2.report.content import (
+from pytest_sme2.analysis.categories import CATEGORIES, GEMM
+from pytest_sme2.report.format import (
     Table,
     counts_instructions,
     ordered_variants,
@@ -23,7 +22,8 @@ from pytest_sme2.report.content import (
     ratio,
     timing_stats,
 )
-from pytest_sme2.result import Measurement
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.measurement import Measurement
 
 
 def per_token(m: Measurement, variant: Variant) -> float | None:

@@ -108,7 +108,7 @@ class RunResult:
     #: load times and memory, where the runner reports them
     load: LoadStats | None = None
     #: each measured run's thread CPU time, and its involuntary context switches: how much a busy
-    #: machine took from it (:mod:`pytest_sme2.disturbance`); empty where not reported
+    #: machine took from it (:mod:`pytest_sme2.run.disturbance`); empty where not reported
     cpu_ms: tuple[float, ...] = ()
     preemptions: tuple[int, ...] = ()
 

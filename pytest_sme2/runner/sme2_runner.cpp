@@ -4,7 +4,7 @@
 // attaches the event tracer when built with devtools. This runner keeps executor_runner's flags
 // (--model_path, --num_executions, --cpu_threads, --etdump_path) and its success line, and adds
 //   --warmup N    executions before the measured ones (traced too, so a trace holds W+N runs)
-//   --inputs F    real inputs, as a tensor file (format in pytest_sme2/tensors.py)
+//   --inputs F    real inputs, as a tensor file (format in pytest_sme2/runner/tensors.py)
 //   --outputs F   the outputs of the last execution, as a tensor file
 //   --timings F   JSON: per-execution wall-clock latencies (steady clock around Method::execute),
 //                 each execution's thread CPU time and involuntary context switches (whether a
@@ -596,7 +596,7 @@ void write_timings(const Options& options, size_t threads, const LoadStats& load
 
 // What a busy machine did to one execution, read on the executing thread: its CPU time (which
 // preemption does not advance) and its involuntary context switches (each one a time slice given
-// to another runnable thread). pytest_sme2.disturbance judges a timing from these; the wall clock
+// to another runnable thread). pytest_sme2.run.disturbance judges a timing from these; the wall clock
 // stays the latency. macOS has no per-thread rusage: there the process's switches are counted,
 // which with one thread is the same.
 struct ThreadClock {
