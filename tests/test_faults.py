@@ -8,6 +8,7 @@ one, but never returns for one model; the other model runs through it for real.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -32,8 +33,26 @@ CACHE = cache_root()
 
 
 def _alive(marker: str) -> list[str]:
-    """Live processes that mention ``marker``, pytest itself aside."""
-    return [line for line in processes_mentioning(marker) if "pytest" not in line]
+    """Live processes that mention ``marker``, this test's own pytest and its ancestors aside."""
+    return processes_mentioning(marker)
+
+
+def test_alive_finds_a_process_under_the_tests_temporary_directory(tmp_path: Path) -> None:
+    """The check the fault tests end with can fail: a leftover process whose command line names
+    a path under ``tmp_path`` (``/tmp/pytest-of-…``) is found, and gone once killed."""
+    script = tmp_path / "left-behind.sh"
+    script.write_text("#!/bin/sh\nsleep 3600.5737\n")  # sh stays, naming the script
+    script.chmod(0o755)
+    left = subprocess.Popen(["sh", str(script)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not _alive(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _alive(str(tmp_path)), "a process naming tmp_path was not found"
+    finally:
+        os.killpg(left.pid, signal.SIGKILL)
+        left.wait()
+    assert _alive(str(tmp_path)) == []
 
 
 def test_the_deadline_kills_the_whole_process_group() -> None:
@@ -377,7 +396,7 @@ def test_kill_9_of_pytest_in_a_long_runner_call_leaves_no_runner_5_s_later(
     monkeypatch: pytest.MonkeyPatch,
     qemu_device,
 ) -> None:
-    marker = "3600.5732"
+    marker = "3600.5736"  # each test its own: a pkill in one must not hit the other worker's
     wrapper = hanging_qemu(tmp_path, qemu_device, marker)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(inner_conftest("hangs"))

@@ -131,11 +131,19 @@ def test_provisioning_that_takes_long_says_its_steps(
 
 
 def test_user_supplied_qemu_is_verified_and_used(
-    toolchain: QemuToolchain, monkeypatch: pytest.MonkeyPatch
+    toolchain: QemuToolchain, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(QEMU_ENV, str(toolchain.qemu))
+    """The user's qemu (a wrapper of the real one, which it is not) is the one verified and
+    chosen: a provisioning that ignored the variable would return the cached qemu."""
+    called = tmp_path / "called"
+    users = tmp_path / "users-qemu-aarch64"
+    users.write_text(f'#!/bin/sh\necho "$@" >> {called}\nexec {toolchain.qemu} "$@"\n')
+    users.chmod(0o755)
+    monkeypatch.setenv(QEMU_ENV, str(users))
     chosen = provision_qemu(log=lambda _: None)
-    assert (chosen.qemu, chosen.qemu_version) == (toolchain.qemu, toolchain.qemu_version)
+    assert chosen.qemu == users != toolchain.qemu
+    assert chosen.qemu_version == toolchain.qemu_version
+    assert "--version" in called.read_text()  # verified by asking it
 
 
 def test_missing_user_qemu_names_the_path_and_the_fix(tmp_path: Path) -> None:
