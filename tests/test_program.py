@@ -26,6 +26,7 @@ from pytest_sme2 import register_program
 from pytest_sme2.analysis.numerics import TOLERANCES, ExportNumerics, tolerance_for
 from pytest_sme2.cache import cache_root
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.export import program_files
 from pytest_sme2.judge.verdict import Status
 from pytest_sme2.report.rundir import load_test_dir
 from pytest_sme2.run.devices.base import Variant
@@ -353,3 +354,36 @@ def test_every_label_finds_a_tolerance() -> None:
     assert tolerance_for("8da8w") == tolerance_for("INT8_DYNAMIC") == TOLERANCES["int8-dynamic"]
     assert tolerance_for("bf16") == TOLERANCES["fp16"]
     assert tolerance_for("program") == tolerance_for("whatever.v2") == TOLERANCES["fp32"]
+
+
+def test_one_name_carries_several_dtypes_and_a_true_duplicate_names_both_files(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, llama: Path
+) -> None:
+    """``register_program`` once per dtype under one name: three cases ``opt_llama-<dtype>``,
+    each with its baseline; the same name and dtype for another file is refused, naming both."""
+    pte = str(llama / "tiny_llama.pte")
+    _session(
+        pytester,
+        monkeypatch,
+        "\n        from pytest_sme2 import register_program\n"
+        + "".join(
+            f"\n        register_program('opt_llama', pte={pte!r}, inputs=decode_inputs,"
+            f" dtype={dtype!r})"
+            for dtype in ("fp32", "8da4w", "8da8w")
+        )
+        + "\n",
+    )
+    result = _run(pytester, "--sme2-update-baselines")
+    result.assert_outcomes(passed=3)
+    stored = sorted(path.name for path in (pytester.path / "baselines/host").iterdir())
+    assert stored == ["opt_llama-8da4w.json", "opt_llama-8da8w.json", "opt_llama-fp32.json"]
+
+    other = llama / "tiny_llama_sdpa.pte"
+    monkeypatch.setattr(
+        program_files, "_REGISTRY", {}
+    )  # this process's registry, not the session's
+    with pytest.raises(ConfigError) as refused:
+        register_program("dup_llama", pte=pte, inputs=lambda seed: (), dtype="fp32")
+        register_program("dup_llama", pte=other, inputs=lambda seed: (), dtype="fp32")
+    assert "registered twice as dtype 'fp32'" in str(refused.value)
+    assert pte in str(refused.value) and str(other) in str(refused.value)

@@ -103,7 +103,9 @@ class ProgramSpec:
         return self
 
 
-_REGISTRY: dict[str, ProgramSpec] = {}
+#: (name, dtype label) → spec: one name carries many dtypes (``opt_llama-fp32``,
+#: ``opt_llama-8da4w``), as a registered model's does
+_REGISTRY: dict[tuple[str, str], ProgramSpec] = {}
 
 
 def register_program(
@@ -124,8 +126,10 @@ def register_program(
     match within ``tolerance`` (default: the ``dtype`` label's, ``numerics.tolerance_for``), as
     SME2-on outputs must match SME2-off; without them its numbers are "not judged". ``dtype`` is
     a label, any name (``8da8w``): the case is ``<name>-<dtype>``, and a known dtype's SME2 proof
-    applies (``fp32``: PF32 operators). ``tokens`` (per execution: a prefill's prompt, a decode
-    step's 1) makes reports show tokens/s. A missing file is a ConfigError here, at
+    applies (``fp32``: PF32 operators). Call it once per dtype to give one name several programs
+    (the same model exported in fp32, 8da4w and 8da8w); the same name and dtype twice with
+    another file is a ConfigError naming both. ``tokens`` (per execution: a prefill's prompt, a
+    decode step's 1) makes reports show tokens/s. A missing file is a ConfigError here, at
     registration.
     """
     if not _LABEL.match(dtype):
@@ -148,13 +152,13 @@ def register_program(
         label=dtype,
         tokens=tokens,
     )
-    previous = _REGISTRY.get(name)
+    previous = _REGISTRY.get((name, dtype))
     if previous is not None and previous.pte != spec.pte:
         raise ConfigError(
-            f"program {name!r} is registered twice ({previous.pte} and {spec.pte}); "
-            "give one of them another name"
+            f"program {name!r} is registered twice as dtype {dtype!r} ({previous.pte} and "
+            f"{spec.pte}); give one of them another dtype label or name"
         )
-    _REGISTRY[name] = spec
+    _REGISTRY[(name, dtype)] = spec
     return spec
 
 
