@@ -22,7 +22,7 @@ def test_the_recipe_passes_actionlint() -> None:
     done = _lint(RECIPE)
     assert done.returncode == 0, done.stdout + done.stderr
     text = RECIPE.read_text()
-    # the jobs the README promises: emulated SME2, a real M4, and a merge of both
+    # the jobs docs/ci.md promises: emulated SME2, a real M4, and a merge of both
     assert "runs-on: [self-hosted, macOS, ARM64]" in text
     assert "needs: [qemu-sme2, mac-m4]" in text
     assert "sme2 history history/kept" in text

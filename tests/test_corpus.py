@@ -54,7 +54,7 @@ def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_p
     passed = {f"{MODEL}-{dtype}": "passed" for dtype in DTYPES}
 
     assert session(root, device, [*select, "--sme2-update-baselines"], "record") == passed
-    portable_only(root / "baselines")  # a shared 2-core VM judges no host time (README)
+    portable_only(root / "baselines")  # a shared 2-core VM judges no host time (docs/judging.md)
     assert session(root, device, select, "rerun") == passed
 
     for dtype in DTYPES:

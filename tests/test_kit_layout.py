@@ -1,4 +1,4 @@
-"""The reference kit's contract (docs: kit-interop.md) on real cases: a case × device folder is a
+"""The reference kit's contract (docs/kit-contract.md) on real cases: a case × device folder is a
 kit run directory its tools read right, and a kit run directory is something ``sme2 report`` and
 ``sme2 compare`` read.
 

@@ -1,7 +1,7 @@
 """Everything one test leaves on disk: a run directory of the reference kit, with ours beside it.
 
 The case directory is what the kit calls a run directory (``--run-dir``/``--results``), so its
-tools read it unchanged (docs: kit-interop.md):
+tools read it unchanged (docs/kit-contract.md):
 
 * ``manifest.json`` — the kit's keys (``model``: the run folder's ``.pte``; ``config``: null;
   ``executorch``: present/sha/dirty; ``results[]``; ``emulated``) and, under ``sme2``, our case

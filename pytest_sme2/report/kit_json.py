@@ -3,7 +3,7 @@ record under ``sme2``), ``metrics.json`` (``results[]``) and ``sme2_analysis_sum
 the kit's names for a case's experiments.
 
 Apart from :mod:`pytest_sme2.report.artifacts` (which writes the files) because these documents
-are a contract with another tool's readers (docs: kit-interop.md): what each key holds, in which
+are a contract with another tool's readers (docs/kit-contract.md): what each key holds, in which
 unit, and why an emulated device's milliseconds are modelled, is decided here alone.
 """
 
