@@ -22,7 +22,8 @@ from pytest_sme2.errors import ConfigError
 
 CONV, GEMM, DM, EW, OTHER = CATEGORIES
 
-# Every trap of ETDump operator names (substring matching gets each one wrong): (name, category, sub).
+# Every trap of ETDump operator names (substring matching gets each one wrong): (name, category,
+# sub).
 TRAPS = {
     # Convert is Data Movement, as the reference kit's categorize() counts it (issue 10)
     "convert-is-not-convolution": ("Convert (NC, F32, QD8) #1", DM, "quantize/convert"),

@@ -1,7 +1,7 @@
 """Run the native runner once and collect what it wrote (timings, ETDump, outputs).
 
 Why a subprocess: running models in a separate native process isolates the Python bindings'
-crashes (see ExecuTorch's ETDump format), lets a device wrap the command (``prefix``: qemu, adb, taskset) and
+crashes, lets a device wrap the command (``prefix``: qemu, adb, taskset) and
 measures the same binary everywhere. Each call uses fresh files in ``workdir``, so a failed run
 can never be mistaken for the previous one's results.
 """

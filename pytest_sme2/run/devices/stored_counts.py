@@ -1,7 +1,7 @@
 """Counted runs kept by what they count: an unchanged qemu-sme2 variant is counted once.
 
 Why: the count is the emulated suite's whole cost (qemu's execution log makes a run 7–17× a
-plain emulated one, and nothing cheaper can count without a qemu built with plugins; see the
+plain emulated one, and nothing cheaper can count without a qemu built with plugins; see
 docs/costs.md), yet it is a pure function of bytes. Runs are isolated (fixed names and environment,
 a fixed CPU view: :mod:`pytest_sme2.runner.invoke`, :mod:`pytest_sme2.run.devices.guest_root`), and
 the same program, inputs, runner, wheel, guest libraries and emulator count the same to the
