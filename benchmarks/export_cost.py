@@ -1,6 +1,6 @@
 """What our export costs next to a bare ExecuTorch export of the same model (issue 21).
 
-For every example model × dtype (fp32 and int8 by default), one process times, interleaved per
+For every example model × dtype (all of them by default), one process times, interleaved per
 model and repeated (the minimum of the repeats counts: a shared machine only ever slows a run):
 
 - **ours**: ``export_model`` cold — an empty temporary export cache, the in-process key and
@@ -11,9 +11,12 @@ model and repeated (the minimum of the repeats counts: a shared machine only eve
   once per machine and cached like in a session: not counted). The key builds the model (the
   factory) and the export lowers that very model: our "build model" is the eager reference run;
 - **bare**: ``to_edge_transform_and_lower(torch.export.export(model, inputs),
-  partitioner=[XnnpackPartitioner()]).to_executorch()`` of the same model, with the same PT2E
-  quantizer configuration for int8 (XNNPACK quantizer, symmetric per-channel, static,
-  calibrated on the same four seeds) and the ``.pte`` buffer taken.
+  partitioner=[XnnpackPartitioner()]).to_executorch()`` of the same model under
+  ``torch.no_grad()``, prepared for its dtype as a bare ExecuTorch user would: ``.half()`` for
+  fp16, the same PT2E quantizer configuration for int8 and int8-dynamic (XNNPACK quantizer,
+  symmetric per-channel, calibrated on the same four seeds), torchao's
+  ``Int8DynamicActivationIntxWeightConfig`` (int4, groups of 32) for 8da4w, and the ``.pte``
+  buffer taken.
 
 Both pipelines are warmed up once on toy_cnn first (torch.export's one-time start-up is no
 cost of either). One row per model × dtype: both times, their ratio, and ours per stage, with
@@ -68,10 +71,11 @@ def ours(spec: ModelSpec, dtype: str) -> dict[str, float]:
 
 
 def bare(spec: ModelSpec, dtype: str) -> dict[str, float]:
-    """Seconds of the bare ExecuTorch export (no cache, no checks), in all and per stage."""
+    """Seconds of the bare ExecuTorch export (no cache, no checks), in all and per stage: the
+    model prepared for its dtype as ExecuTorch's and torchao's docs show it, exported and lowered
+    under ``torch.no_grad()`` (a model's parameters require grad; the in-place write of a KV
+    cache then fails in torch.export: "a leaf Variable that requires grad…")."""
     import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
 
     stages: dict[str, float] = {}
 
@@ -83,35 +87,67 @@ def bare(spec: ModelSpec, dtype: str) -> dict[str, float]:
 
     warnings.simplefilter("ignore")  # the libraries' deprecations: ours silences them too
     started = time.perf_counter()
-    model = timed("build model", spec.build)
-    inputs = spec.example_inputs(recipes.EXAMPLE_SEED)
-    exported = timed("torch.export", lambda: torch.export.export(model, inputs))
-    if dtype == "int8":
+    with torch.no_grad():
+        model = timed("build model", spec.build)
+        inputs = spec.example_inputs(recipes.EXAMPLE_SEED)
+        if dtype == "fp16":
+            model = model.half()
+            inputs = tuple(t.half() if t.is_floating_point() else t for t in inputs)
+        if dtype == "8da4w":
+            timed("quantize", lambda: _torchao_8da4w(model))
+        exported = timed("torch.export", lambda: torch.export.export(model, inputs))
+        if dtype in ("int8", "int8-dynamic"):
+            quantized = timed("quantize", lambda: _pt2e(spec, exported, dtype == "int8-dynamic"))
+            exported = timed("torch.export", lambda: torch.export.export(quantized, inputs))
+        _lower(exported, timed)
+    return {"total": time.perf_counter() - started, **stages}
 
-        def quantize() -> Any:
-            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-                XNNPACKQuantizer,
-                get_symmetric_quantization_config,
-            )
-            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-            quantizer = XNNPACKQuantizer().set_global(
-                get_symmetric_quantization_config(is_per_channel=True)
-            )
-            prepared = prepare_pt2e(exported.module(), quantizer)
-            with torch.no_grad():
-                for seed in recipes.CALIBRATION_SEEDS:
-                    prepared(*spec.example_inputs(seed))
-            return convert_pt2e(prepared)
+def _pt2e(spec: ModelSpec, exported: Any, dynamic: bool) -> Any:
+    """PT2E with the XNNPACK quantizer (symmetric, per-channel), calibrated on our seeds."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        quantized = timed("quantize", quantize)
-        exported = timed("torch.export", lambda: torch.export.export(quantized, inputs))
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+    )
+    prepared = prepare_pt2e(exported.module(), quantizer)
+    for seed in recipes.CALIBRATION_SEEDS:
+        prepared(*spec.example_inputs(seed))
+    return convert_pt2e(prepared)
+
+
+def _torchao_8da4w(model: Any) -> None:
+    """torchao's 8da4w on every linear layer its group divides (as ExecuTorch's LLM exporter)."""
+    import torch
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    config = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(recipes.GROUP_SIZE)
+    )
+    quantize_(
+        model,
+        config,
+        filter_fn=lambda module, _: (
+            isinstance(module, torch.nn.Linear) and module.in_features % recipes.GROUP_SIZE == 0
+        ),
+    )
+
+
+def _lower(exported: Any, timed: Callable[[str, Callable[[], Any]], Any]) -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
     edge = timed(
         "lower",
         lambda: to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]),
     )
     timed("to_executorch", lambda: edge.to_executorch().buffer)
-    return {"total": time.perf_counter() - started, **stages}
 
 
 def _min(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -122,13 +158,13 @@ def _min(runs: list[dict[str, float]]) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(s.name for s in registered_models()))
-    parser.add_argument("--dtypes", default="fp32,int8")
+    parser.add_argument("--dtypes", default="", help="default: every dtype of each model")
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     cases = [
         (get_model(name), dtype)
         for name in args.models.split(",")
-        for dtype in args.dtypes.split(",")
+        for dtype in (args.dtypes.split(",") if args.dtypes else get_model(name).dtypes)
         if dtype in get_model(name).dtypes
     ]
 
@@ -155,7 +191,7 @@ def main() -> int:
             runs[0].append(mine)
             runs[1].append(theirs)
 
-    header = f"{'model':<20}{'dtype':<6}{'ours s':>8}{'bare s':>8}{'ratio':>7}  " + " ".join(
+    header = f"{'model':<20}{'dtype':<13}{'ours s':>8}{'bare s':>8}{'ratio':>7}  " + " ".join(
         f"{stage:>13}" for stage in OUR_STAGES
     )
     print()
@@ -180,16 +216,14 @@ def main() -> int:
             worst, (ratio, f"{name} {dtype}: most of it is {biggest} (+{extra[biggest]:.2f} s)")
         )
         print(
-            f"{name:<20}{dtype:<6}{mine['total']:>8.2f}{theirs['total']:>8.2f}{ratio:>6.2f}×  "
+            f"{name:<20}{dtype:<13}{mine['total']:>8.2f}{theirs['total']:>8.2f}{ratio:>6.2f}×  "
             + " ".join(f"{stages.get(stage, 0.0):>13.2f}" for stage in OUR_STAGES)
         )
     for (name, dtype), reason in failed.items():
-        print(f"{name:<20}{dtype:<6}not exported: {reason}")
-    if worst[0] <= TARGET:
-        print(f"every ratio within {TARGET}×")
-        return 0
-    print(f"worst ratio {worst[0]:.2f}× > {TARGET}×: {worst[1]}")
-    return 1
+        print(f"{name:<20}{dtype:<13}not exported: {reason}")
+    verdict = "within" if worst[0] <= TARGET else "beyond"
+    print(f"worst ratio {worst[0]:.2f}× ({verdict} the {TARGET}× target): {worst[1]}")
+    return 0 if worst[0] <= TARGET else 1
 
 
 if __name__ == "__main__":
