@@ -14,17 +14,9 @@ from collections.abc import Mapping, Sequence
 from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
+from pytest_sme2.report import sections as s
 from pytest_sme2.report.charts import data_uri
 from pytest_sme2.report.format import Table
-from pytest_sme2.report.sections import (
-    Bullets,
-    Links,
-    Paragraph,
-    Part,
-    Section,
-    View,
-    case_sections,
-)
 from pytest_sme2.run.measurement import Measurement
 
 #: Extra result-table columns: (header, CSS column name), in order.
@@ -70,15 +62,15 @@ def _list(lines: Sequence[str]) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
 
 
-def _part(part: Part) -> str:
+def _part(part: s.Part) -> str:
     match part:
         case Table():
             return part.html()
-        case Paragraph(text=text):
+        case s.Paragraph(text=text):
             return f"<p>{html.escape(text)}</p>"
-        case Bullets(items=items):
+        case s.Bullets(items=items):
             return _list(items)
-        case Links(links=links):
+        case s.Links(links=links):
             items = "".join(
                 f'<li><a href="{html.escape(href)}">{html.escape(label)}</a></li>'
                 for label, href in links
@@ -87,7 +79,7 @@ def _part(part: Part) -> str:
     raise TypeError(f"not a report part: {part!r}")
 
 
-def section_html(section: Section) -> str:
+def section_html(section: s.Section) -> str:
     """A section under its ``<h4>`` heading."""
     return f"<h4>{html.escape(section.title)}</h4>" + "".join(map(_part, section.parts))
 
@@ -118,7 +110,7 @@ def extra_html(
             f'src="{data_uri(png)}">'
         )
     parts.append("</div>")
-    parts += map(section_html, case_sections(m, verdicts, View.BRIEF, links=links))
+    parts += map(section_html, s.case_sections(m, verdicts, s.View.BRIEF, links=links))
     parts.append("</div>")
     return "".join(parts)
 

@@ -14,16 +14,8 @@ from pathlib import Path
 from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
+from pytest_sme2.report import sections as s
 from pytest_sme2.report.format import Table
-from pytest_sme2.report.sections import (
-    Bullets,
-    Links,
-    Paragraph,
-    Part,
-    Section,
-    View,
-    case_sections,
-)
 from pytest_sme2.run.measurement import Measurement
 
 
@@ -31,21 +23,21 @@ def _bullets(lines: Sequence[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def _part(part: Part) -> str:
+def _part(part: s.Part) -> str:
     """One part in markdown; "" for an empty paragraph or list, which the section leaves out."""
     match part:
         case Table():
             return part.markdown()
-        case Paragraph(text=text):
+        case s.Paragraph(text=text):
             return text
-        case Bullets(items=items):
+        case s.Bullets(items=items):
             return _bullets(items)
-        case Links(links=links):
+        case s.Links(links=links):
             return _bullets([f"[{label}]({path})" for label, path in links])
     raise TypeError(f"not a report part: {part!r}")
 
 
-def section_markdown(section: Section) -> str:
+def section_markdown(section: s.Section) -> str:
     """A section under its ``##`` heading, its non-empty parts a blank line apart."""
     return "\n\n".join(
         [f"## {section.title}", *(text for text in map(_part, section.parts) if text)]
@@ -69,7 +61,7 @@ def case_report(
     note = c.single_variant_note(m)
     if note:
         parts.append(f"> {note}")
-    parts += map(section_markdown, case_sections(m, verdicts, View.FULL, links=links))
+    parts += map(section_markdown, s.case_sections(m, verdicts, s.View.FULL, links=links))
     return "\n\n".join(parts) + "\n"
 
 
