@@ -8,11 +8,19 @@ The sample lines are the formats XNNPACK's logger writes (``Note (XNNPACK): `` o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_sme2.analysis.kernel_names import KERNEL_CSV_COLUMNS, Isa, describe_kernel, kernel_isa
 from pytest_sme2.analysis.kernels import kernels_frame
-from pytest_sme2.run.devices.kernel_log import kernel_evidence, logged_kernels, parse_kernel_log
+from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.kernel_log import (
+    KernelLogs,
+    kernel_evidence,
+    logged_kernels,
+    parse_kernel_log,
+)
 
 STDERR_LOG = """\
 I 00:00:00.000512 executorch:sme2_runner.cpp:301] Loading model
@@ -170,3 +178,18 @@ def test_kernels_of_several_processes_keep_every_name_and_one_processs_count() -
     transpose = frame[frame["kernel_name"].str.contains("transposec")].iloc[0]
     assert (transpose["category"], transpose["has_sme"]) == ("Data Movement", 0)
     assert frame["has_sme2"].sum() == 4  # three PF16 kernels and the QP8 one
+
+
+def test_a_devices_kernel_logs_are_kept_per_program_and_variant() -> None:
+    """What android and mac keep between a case's runs and its evidence: each (program, variant)
+    its own kernels, merged over the runs; none logged (a Release runner) is no evidence."""
+    logs = KernelLogs("XNNPACK kernel log (logcat)")
+    program, other = Path("a.pte"), Path("b.pte")
+    logs.add(program, Variant.ON, STDERR_LOG.splitlines())
+    logs.add(program, Variant.ON, LOGCAT.splitlines())
+    logs.add(program, Variant.OFF, ["Model executed successfully 5 time(s) in 12.5 ms."])
+    on = logs.evidence(program, Variant.ON)
+    assert on is not None and on.source == "XNNPACK kernel log (logcat)"
+    assert len(on.kernels) == 8 and len(on.sme2_kernels) == 4
+    assert logs.evidence(program, Variant.OFF) is None
+    assert logs.evidence(other, Variant.ON) is None

@@ -14,7 +14,9 @@ from pytest_sme2.analysis.stats import LatencyStats
 from pytest_sme2.analysis.trace import Event, Run, Trace
 from pytest_sme2.judge.verdict import Status, Verdict
 from pytest_sme2.report import advice, content, evidence
+from pytest_sme2.report.html import extra_html
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
+from pytest_sme2.report.sections import View, case_sections
 from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.run.measurement import Measurement
 from tests.measurements import HOST, SME2_DEVICE, counted_measurement, measurement
@@ -56,6 +58,24 @@ def test_two_variant_report_has_every_section_with_the_measured_numbers():
     assert "[ops](a_ops_stats.csv)" in text
     for name in on.packed_operators:
         assert name in text.split("## SME2 kernel evidence")[1].split("##")[0]
+
+
+@pytest.mark.parametrize("device", [HOST, SME2_DEVICE])
+def test_report_md_and_the_html_extra_draw_the_same_built_sections(device):
+    """Both renderers draw :func:`case_sections`, each its own view: a section built there is
+    in both, with no second place to add it."""
+    m = measurement(device)
+    links = [("ops", "a_ops_stats.csv")]
+    full = case_sections(m, (), View.FULL, links=links)
+    brief = case_sections(m, (), View.BRIEF, links=links)
+    text = case_report(m, (), links=links)
+    headings = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    assert headings == [section.title for section in full]
+    block = extra_html(m, (), {}, links)
+    assert [title.split("</h4>")[0] for title in block.split("<h4>")[1:]] == [
+        section.title for section in brief
+    ]
+    assert "Metadata" in headings and "Metadata" not in [section.title for section in brief]
 
 
 def test_bottlenecks_are_the_operators_above_five_percent_of_e2e():

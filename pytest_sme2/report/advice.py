@@ -33,60 +33,93 @@ PACKING_SHARE = 0.5
 
 def recommendations(m: Measurement) -> list[str]:
     """Advice derived from the numbers, each sentence carrying the numbers that triggered it."""
+    advice = [
+        line
+        for line in (_layout_churn(m), _outside_delegate(m), _split_graph(m))
+        if line is not None
+    ]
+    advice += sme2_path_advice(m)
+    amdahl = _amdahl(m)
+    if amdahl is not None:
+        advice.append(amdahl)
+    advice += _category_advice(m)
+    return advice or ["Nothing stands out: no category or operator crosses the thresholds above."]
+
+
+def _layout_churn(m: Measurement) -> str | None:
+    """Data Movement above 15 % of E2E, or transposes run often enough to be a bottleneck."""
     variant = m.headline
-    vm = m.variants[variant]
-    prof = vm.profile
+    prof = m.variants[variant].profile
     shares = prof.shares
     per_run = {op.name: op.count / prof.runs for op in prof.operators}
-    advice = []
-
     dm_ops = [op for op in prof.operators if op.category == DATA_MOVEMENT]
     transposes = [op for op in dm_ops if op.subcategory == "transpose"]
     transposes_per_run = sum(per_run[op.name] for op in transposes)
     transpose_share = sum(op.share for op in transposes)
-    if shares[DATA_MOVEMENT] >= 0.15 or (
-        transposes_per_run >= 4 and transpose_share >= BOTTLENECK_SHARE
+    if shares[DATA_MOVEMENT] < 0.15 and (
+        transposes_per_run < 4 or transpose_share < BOTTLENECK_SHARE
     ):
-        top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
-        advice.append(
-            f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
-            f"{transposes_per_run:g} transposes per run ({pct(transpose_share)}); top: {top}. Keep "
-            "tensors in one layout end to end (channels-last / NHWC), fold permutes into the "
-            "neighbouring operators and avoid reshape↔permute chains around attention."
-        )
+        return None
+    top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
+    return (
+        f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
+        f"{transposes_per_run:g} transposes per run ({pct(transpose_share)}); top: {top}. Keep "
+        "tensors in one layout end to end (channels-last / NHWC), fold permutes into the "
+        "neighbouring operators and avoid reshape↔permute chains around attention."
+    )
 
+
+def _outside_delegate(m: Measurement) -> str | None:
+    """At least :data:`BOTTLENECK_SHARE` of E2E in operators no delegate runs."""
+    variant = m.headline
+    prof = m.variants[variant].profile
+    if not prof.latency.mean_ms or prof.non_delegated_ms / prof.latency.mean_ms < BOTTLENECK_SHARE:
+        return None
     outside = non_delegated(m, variant)
-    if prof.latency.mean_ms and prof.non_delegated_ms / prof.latency.mean_ms >= BOTTLENECK_SHARE:
-        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in outside[:4])
-        advice.append(
-            f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
-            f"({ms(prof.non_delegated_ms)} {prof.unit}/run): {names}. Make these operators "
-            "delegable (a supported op or dtype, or a decomposition XNNPACK lowers), or they stay "
-            "on ExecuTorch's own kernels with no SME2."
-        )
+    names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in outside[:4])
+    return (
+        f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
+        f"({ms(prof.non_delegated_ms)} {prof.unit}/run): {names}. Make these operators "
+        "delegable (a supported op or dtype, or a decomposition XNNPACK lowers), or they stay "
+        "on ExecuTorch's own kernels with no SME2."
+    )
 
-    calls = prof.delegate_calls_per_run
-    if calls > 1:
-        advice.append(
-            f"The graph is split into {calls:g} delegate calls per run: every split point copies "
-            "tensors and pays dispatch overhead; the non-delegated operators between them cause it."
-        )
 
-    advice += sme2_path_advice(m)
+def _split_graph(m: Measurement) -> str | None:
+    calls = m.variants[m.headline].profile.delegate_calls_per_run
+    if calls <= 1:
+        return None
+    return (
+        f"The graph is split into {calls:g} delegate calls per run: every split point copies "
+        "tensors and pays dispatch overhead; the non-delegated operators between them cause it."
+    )
 
+
+def _amdahl(m: Measurement) -> str | None:
+    """A small measured speedup, with the bound Convolution + GEMM's SME2-off share puts on it."""
     comparison = m.comparison
-    if comparison is not None and m.device.time_meaningful:
-        matmul_off = comparison.off.shares[CONVOLUTION] + comparison.off.shares[GEMM]
-        bound = 1 / (1 - matmul_off) if matmul_off < 1 else None
-        s = comparison.speedup.value
-        if s < 1.2:
-            advice.append(
-                f"SME2 speedup is only {s:.2f}×: Convolution + GEMM were {pct(matmul_off)} of E2E "
-                f"with SME2 off, so even infinitely fast matrix kernels give at most "
-                f"{ratio(bound) if bound else 'an unbounded'} (Amdahl). "
-                "The rest of the model decides latency."
-            )
+    if comparison is None or not m.device.time_meaningful:
+        return None
+    s = comparison.speedup.value
+    if s >= 1.2:
+        return None
+    matmul_off = comparison.off.shares[CONVOLUTION] + comparison.off.shares[GEMM]
+    bound = 1 / (1 - matmul_off) if matmul_off < 1 else None
+    return (
+        f"SME2 speedup is only {s:.2f}×: Convolution + GEMM were {pct(matmul_off)} of E2E "
+        f"with SME2 off, so even infinitely fast matrix kernels give at most "
+        f"{ratio(bound) if bound else 'an unbounded'} (Amdahl). "
+        "The rest of the model decides latency."
+    )
 
+
+def _category_advice(m: Measurement) -> list[str]:
+    """What the headline variant's largest category shares say: compute-bound, unfused
+    elementwise work, a large residual."""
+    variant = m.headline
+    prof = m.variants[variant].profile
+    shares = prof.shares
+    advice = []
     matmul_share = shares[CONVOLUTION] + shares[GEMM]
     if matmul_share >= 0.6:
         advice.append(
@@ -106,7 +139,7 @@ def recommendations(m: Measurement) -> list[str]:
             "pooling, normalization, softmax, reductions and framework overhead (time in no "
             "classified operator). Check the operator table for the largest Other entries."
         )
-    return advice or ["Nothing stands out: no category or operator crosses the thresholds above."]
+    return advice
 
 
 def sme2_path_advice(m: Measurement) -> list[str]:

@@ -278,6 +278,22 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
     write_atomic(path, frame.to_csv(index=False))
 
 
+def _variant_files(folder: Path, prefix: str, *, counted: bool) -> VariantFiles:
+    """The experiment folder (made here) and its files' kit names; ``counted``: the profile
+    counts instructions, so it has an instruction CSV."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return VariantFiles(
+        folder=folder,
+        etdump=folder / f"{prefix}.etdump",
+        timeline_all=folder / f"{prefix}_exec_all_runs_timeline.csv",
+        timeline_run0=folder / f"{prefix}_exec_run0_timeline.csv",
+        ops_stats=folder / f"{prefix}_exec_ops_stats.csv",
+        chrome_trace=folder / f"{prefix}_trace.json",
+        instructions_ops=folder / f"{prefix}_instructions_ops.csv" if counted else None,
+        kernels=folder / KERNELS_NAME,
+    )
+
+
 def _write_variant(
     m: Measurement, variant: Variant, directory: Path, classifier: Classifier
 ) -> VariantFiles:
@@ -291,19 +307,8 @@ def _write_variant(
     one where the device counted instructions per event."""
     vm = m.variants[variant]
     prefix = file_prefix(m, variant)
-    folder = directory / experiment(m, variant)
-    folder.mkdir(parents=True, exist_ok=True)
     counted = vm.profile.unit == INSTRUCTIONS
-    f = VariantFiles(
-        folder=folder,
-        etdump=folder / f"{prefix}.etdump",
-        timeline_all=folder / f"{prefix}_exec_all_runs_timeline.csv",
-        timeline_run0=folder / f"{prefix}_exec_run0_timeline.csv",
-        ops_stats=folder / f"{prefix}_exec_ops_stats.csv",
-        chrome_trace=folder / f"{prefix}_trace.json",
-        instructions_ops=folder / f"{prefix}_instructions_ops.csv" if counted else None,
-        kernels=folder / KERNELS_NAME,
-    )
+    f = _variant_files(directory / experiment(m, variant), prefix, counted=counted)
     # where the device shows kernels: a kernel log that named some, or an exec log counted per
     # operator (its list may be empty: no function that ran has a kernel's name)
     if vm.evidence is not None and (vm.evidence.kernels or vm.evidence.operator_kernels):

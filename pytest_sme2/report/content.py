@@ -1,4 +1,5 @@
-"""What every report says, as tables and sentences; ``markdown`` and ``html`` only render them.
+"""What every report says, as tables and sentences; :mod:`~pytest_sme2.report.sections` puts
+them in a case report's sections, ``markdown`` and ``html`` only render them.
 
 One function per statement a reader looks for (latency, categories, bottlenecks, delegation,
 verdicts), so report.md, the pytest-html extras and ``sme2 report`` cannot disagree on a number.
@@ -13,7 +14,6 @@ from collections.abc import Mapping, Sequence
 
 from pytest_sme2.analysis.categories import CATEGORIES
 from pytest_sme2.analysis.kernels import BOTTLENECK_SHARE
-from pytest_sme2.analysis.numerics import DEGENERATE_ADVICE, NO_REFERENCE
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import OTHER, Profile
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
@@ -31,6 +31,7 @@ from pytest_sme2.report.format import (
     unit,
 )
 from pytest_sme2.report.load import init_text
+from pytest_sme2.report.numerics import numerics_text
 from pytest_sme2.report.throughput import per_token_text
 from pytest_sme2.run.devices.base import Variant, describe_class
 from pytest_sme2.run.measurement import Measurement
@@ -315,78 +316,6 @@ def delegation_table(m: Measurement) -> Table:
     return Table(headers, tuple(rows))
 
 
-def numerics_table(m: Measurement) -> Table | None:
-    """The case's numbers, each with its meaning: the program error (the program against the
-    eager model it was lowered from; judged at export), the quantization error (that model
-    against eager fp32; recorded, never judged), SME2-on/off parity, and the degenerate outputs
-    that make them vacuous. None where the record has neither export numerics nor parity."""
-    numerics, parity = m.numerics, m.parity
-    if numerics is None and parity is None:
-        return None
-    rows = []
-    if numerics is not None:
-        if numerics.degenerate:
-            rows.append(
-                ("degenerate outputs", f"{numerics.degenerate}; {DEGENERATE_ADVICE}", "warning")
-            )
-        program = numerics.program
-        rows.append(
-            ("program error", NO_REFERENCE, "not judged")
-            if program is None
-            else (
-                "program error",
-                program.describe(),
-                "vacuous" if program.vacuous else "pass" if program.ok else "FAIL",
-            )
-        )
-        if numerics.quantizer:
-            rows.append(("quantizer", numerics.quantizer, "recorded"))
-        if numerics.skipped:
-            count = len(numerics.skipped)
-            rows.append(
-                (
-                    f"linear layers left in float ({count})",
-                    "; ".join(numerics.skipped),
-                    "warning: not quantized",
-                )
-            )
-        if not numerics.registered:  # a registered program has no eager model to quantize
-            rows.append(
-                (
-                    "quantization error",
-                    numerics.quantization.describe()
-                    if numerics.quantization is not None
-                    else f"none: {m.dtype} is compared with eager {m.dtype}",
-                    "recorded, not judged",
-                )
-            )
-    if parity is not None:
-        rows.append(
-            (
-                f"{Variant.ON} vs {Variant.OFF}",
-                parity.describe(),
-                "vacuous" if parity.vacuous else "pass" if parity.ok else "FAIL",
-            )
-        )
-    return Table(("numbers", "measured", "judgement"), tuple(rows))
-
-
-def numerics_text(m: Measurement) -> str:
-    """The numerics in a table cell: the program error (in output steps where it has them) and
-    the quantization error, relative to the output range; "vacuous" first where they are."""
-    numerics = m.numerics
-    if numerics is None:
-        return "—"
-    program = numerics.program
-    if program is None:
-        return "not judged: no reference"
-    text = f"program err {program.headline()}"
-    if numerics.quantization is not None:
-        text += f", quantization err {numerics.quantization.max_rel:.1e} rel"
-    vacuous = program.vacuous or (m.parity.vacuous if m.parity is not None else None)
-    return f"vacuous ({text})" if vacuous else text
-
-
 def verdict_table(verdicts: Sequence[Verdict]) -> Table:
     rows = tuple(
         (
@@ -412,8 +341,6 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
         if counts_instructions(m):
             return e2e_text(m, variant)
         return ms(timing_stats(m, variant).median_ms)
-
-    # they build on this module
 
     row = {
         "model": m.model,

@@ -12,13 +12,11 @@ import html
 from collections.abc import Mapping, Sequence
 
 from pytest_sme2.judge.verdict import Verdict
-from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
-from pytest_sme2.report import evidence as e
 from pytest_sme2.report import format as fmt
+from pytest_sme2.report import sections as s
 from pytest_sme2.report.charts import data_uri
-from pytest_sme2.report.load import load_line, load_table
-from pytest_sme2.report.throughput import phase_line, throughput_table
+from pytest_sme2.report.format import Table
 from pytest_sme2.run.measurement import Measurement
 
 #: Extra result-table columns: (header, CSS column name), in order.
@@ -64,14 +62,36 @@ def _list(lines: Sequence[str]) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
 
 
+def _part(part: s.Part) -> str:
+    match part:
+        case Table():
+            return part.html()
+        case s.Paragraph(text=text):
+            return f"<p>{html.escape(text)}</p>"
+        case s.Bullets(items=items):
+            return _list(items)
+        case s.Links(links=links):
+            items = "".join(
+                f'<li><a href="{html.escape(href)}">{html.escape(label)}</a></li>'
+                for label, href in links
+            )
+            return f"<ul>{items}</ul>"
+    raise TypeError(f"not a report part: {part!r}")
+
+
+def section_html(section: s.Section) -> str:
+    """A section under its ``<h4>`` heading."""
+    return f"<h4>{html.escape(section.title)}</h4>" + "".join(map(_part, section.parts))
+
+
 def extra_html(
     m: Measurement,
     verdicts: Sequence[Verdict],
     charts: Mapping[str, bytes],
     links: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The HTML block shown under a test's row: ``links`` are (label, href) pairs."""
-    head = m.headline
+    """The HTML block shown under a test's row: the heading, the charts, then the brief view of
+    the case's sections; ``links`` are (label, href) pairs."""
     parts = [
         _STYLE,
         '<div class="sme2-report">',
@@ -90,63 +110,7 @@ def extra_html(
             f'src="{data_uri(png)}">'
         )
     parts.append("</div>")
-    if fmt.counts_instructions(m):  # emulated time means nothing: instructions instead
-        parts.append(
-            f"<h4>Instructions per inference ({html.escape(e.instruction_source(m))})</h4>"
-            + e.instruction_table(m).html()
-        )
-    else:
-        parts.append(
-            f"<h4>Latency ({html.escape(fmt.latency_source(m))})</h4>" + c.latency_table(m).html()
-        )
-    tokens = throughput_table(m)
-    if tokens is not None:
-        line = phase_line(m) or ""
-        parts.append(f"<h4>Throughput</h4>{tokens.html()}<p>{html.escape(line)}</p>")
-    loading = load_table(m)
-    if loading is not None:
-        line = load_line(m) or ""
-        parts.append(f"<h4>Load and memory</h4>{loading.html()}<p>{html.escape(line)}</p>")
-    parts.append(
-        f"<h4>Categories (mean {html.escape(fmt.unit(m))} per traced run)</h4>"
-        + c.category_table(m).html()
-    )
-    parts.append(
-        f"<h4>Top operators by share of E2E ({head})</h4>" + c.operator_table(m, head).html()
-    )
-    headline = c.non_delegated_headline(m)
-    parts.append(
-        "<h4>Delegated vs non-delegated</h4>"
-        + (f"<p>{html.escape(headline)}</p>" if headline else "")
-        + c.delegation_table(m).html()
-    )
-    outside = c.non_delegated(m, head)
-    parts.append(
-        f"<h4>Non-delegated operators ({head})</h4>"
-        + (
-            c.operator_table(m, head, outside).html()
-            if outside
-            else "<p>None: every operator is delegated.</p>"
-        )
-    )
-    parts.append("<h4>SME2 evidence</h4>" + _list(e.evidence_lines(m)))
-    kernels = e.kernel_table(m)
-    if kernels is not None:
-        parts.append(f"<h4>{html.escape(e.KERNEL_VIEW_TITLE)}</h4>" + kernels.html())
-    numerics = c.numerics_table(m)
-    if numerics is not None:
-        parts.append("<h4>Numerics</h4>" + numerics.html())
-    parts.append(
-        "<h4>Gate verdicts</h4>"
-        + (c.verdict_table(verdicts).html() if verdicts else "<p>No gate was judged.</p>")
-    )
-    parts.append("<h4>Recommendations</h4>" + _list(advice.recommendations(m)))
-    if links:
-        items = "".join(
-            f'<li><a href="{html.escape(href)}">{html.escape(label)}</a></li>'
-            for label, href in links
-        )
-        parts.append(f"<h4>Artifacts</h4><ul>{items}</ul>")
+    parts += map(section_html, s.case_sections(m, verdicts, s.View.BRIEF, links=links))
     parts.append("</div>")
     return "".join(parts)
 

@@ -1,9 +1,8 @@
 """report.md: per test and per session, written to be pasted into a pull request.
 
-Sections follow what the reference workflow's users look for (metadata, latency comparison,
-category breakdown on vs off, acceleration per category, bottlenecks above 5 % of E2E, delegated
-vs non-delegated, SME2 kernel evidence, recommendations) plus the gate verdicts. Where the device
-ran one variant only, the report says so once instead of showing empty comparisons.
+A test's report is its heading, verdict line and the full view of its sections
+(:mod:`pytest_sme2.report.sections`), rendered here. Where the device ran one variant only, the
+report says so once instead of showing empty comparisons.
 """
 
 from __future__ import annotations
@@ -13,22 +12,36 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_sme2.judge.verdict import Verdict
-from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
-from pytest_sme2.report import evidence as e
 from pytest_sme2.report import format as fmt
-from pytest_sme2.report.load import load_line, load_table
-from pytest_sme2.report.throughput import phase_line, throughput_table
-from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.report import sections as s
+from pytest_sme2.report.format import Table
 from pytest_sme2.run.measurement import Measurement
-
-
-def _section(title: str, *body: str) -> str:
-    return "\n\n".join([f"## {title}", *(b for b in body if b)])
 
 
 def _bullets(lines: Sequence[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
+
+
+def _part(part: s.Part) -> str:
+    """One part in markdown; "" for an empty paragraph or list, which the section leaves out."""
+    match part:
+        case Table():
+            return part.markdown()
+        case s.Paragraph(text=text):
+            return text
+        case s.Bullets(items=items):
+            return _bullets(items)
+        case s.Links(links=links):
+            return _bullets([f"[{label}]({path})" for label, path in links])
+    raise TypeError(f"not a report part: {part!r}")
+
+
+def section_markdown(section: s.Section) -> str:
+    """A section under its ``##`` heading, its non-empty parts a blank line apart."""
+    return "\n\n".join(
+        [f"## {section.title}", *(text for text in map(_part, section.parts) if text)]
+    )
 
 
 def case_report(
@@ -39,105 +52,16 @@ def case_report(
     title: str | None = None,
 ) -> str:
     """The markdown report of one measurement; ``links`` are (label, relative path) pairs."""
-    head = m.headline
-    note = c.single_variant_note(m)
-    comparison = m.comparison
     parts = [
         f"# SME2 report: {title or fmt.case_title(m)}",
         f"**Verdict: {c.verdict_word(verdicts)}** · E2E median "
         + " · ".join(f"{v} {fmt.e2e_text(m, v)}" for v in fmt.ordered_variants(m))
-        + (f" · speedup {c.speedup_text(m)}" if comparison is not None else ""),
+        + (f" · speedup {c.speedup_text(m)}" if m.comparison is not None else ""),
     ]
+    note = c.single_variant_note(m)
     if note:
         parts.append(f"> {note}")
-    parts.append(_section("Metadata", c.metadata_table(m).markdown()))
-
-    latency = [c.latency_table(m).markdown()]
-    if comparison is not None:
-        s = comparison.speedup
-        latency.append(
-            f"**Speedup** (median {Variant.OFF} ÷ median {Variant.ON}, {fmt.latency_source(m)}): "
-            f"{c.speedup_text(m)}; bootstrap 95 % interval"
-            + (", resampled by interleaved round" if s.paired else "")
-            + "."
-        )
-    if not m.device.time_meaningful:
-        latency.append(
-            f"Time on {m.device.name} is not a performance signal "
-            f"({m.device.limits.get('latency', 'emulated')}); read the structure, not the clock."
-        )
-    if fmt.counts_instructions(m):  # emulated time means nothing: instructions instead
-        parts.append(
-            _section(
-                f"Instructions per inference ({e.instruction_source(m)})",
-                e.instruction_table(m).markdown(),
-                "Categories, shares and operators below are in guest instructions of that "
-                "inference, split at the clock reads that stamp its trace events.",
-            )
-        )
-    else:
-        parts.append(_section(f"Latency (E2E per run, {fmt.latency_source(m)})", *latency))
-
-    tokens = throughput_table(m)
-    if tokens is not None:
-        parts.append(_section("Throughput", tokens.markdown(), phase_line(m) or ""))
-    loading = load_table(m)
-    if loading is not None:
-        parts.append(_section("Load and memory", loading.markdown(), load_line(m) or ""))
-    parts.append(
-        _section(
-            f"Category breakdown (mean {fmt.unit(m)} per traced run, share of E2E)",
-            c.category_table(m).markdown(),
-            "Other is the residual: E2E minus the four named categories (framework overhead, "
-            "pooling, normalization, softmax, reductions).",
-        )
-    )
-    if comparison is not None:
-        parts.append(_section("Acceleration per category", _bullets(c.acceleration_lines(m))))
-
-    worst = c.bottlenecks(m, head)
-    parts.append(
-        _section(
-            f"Bottlenecks (> {100 * c.BOTTLENECK_SHARE:.0f} % of E2E, {head})",
-            c.operator_table(m, head, worst).markdown()
-            if worst
-            else f"No operator takes more than {100 * c.BOTTLENECK_SHARE:.0f} % of E2E.",
-        )
-    )
-    outside = c.non_delegated(m, head)
-    parts.append(
-        _section(
-            "Delegated vs non-delegated",
-            c.non_delegated_headline(m) or "",
-            c.delegation_table(m).markdown(),
-            (
-                f"Non-delegated operators ({head}):\n\n"
-                + c.operator_table(m, head, outside).markdown()
-            )
-            if outside
-            else f"Every operator is delegated ({head}).",
-        )
-    )
-    parts.append(_section("SME2 kernel evidence", _bullets(e.evidence_lines(m))))
-    kernels = e.kernel_table(m)
-    if kernels is not None:
-        parts.append(_section(e.KERNEL_VIEW_TITLE, kernels.markdown()))
-    numerics = c.numerics_table(m)
-    if numerics is not None:
-        parts.append(_section("Numerics", numerics.markdown()))
-    parts.append(
-        _section(
-            "Gate verdicts",
-            c.verdict_table(verdicts).markdown()
-            if verdicts
-            else "No gate was judged for this test.",
-        )
-    )
-    parts.append(_section("Recommendations", _bullets(advice.recommendations(m))))
-    if links:
-        parts.append(
-            _section("Artifacts", _bullets([f"[{label}]({path})" for label, path in links]))
-        )
+    parts += map(section_markdown, s.case_sections(m, verdicts, s.View.FULL, links=links))
     return "\n\n".join(parts) + "\n"
 
 

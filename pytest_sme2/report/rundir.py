@@ -213,6 +213,32 @@ def _enclosing(path: Path, runs: list[KitRun]) -> KitRun | None:
     return max(holding, key=lambda r: len(r.directory.parts), default=None)
 
 
+def _etdump_pairs(
+    run_dir: Path, ours: list[Path], skip: list[Path]
+) -> dict[str, dict[Variant, Path]]:
+    """ETDumps made elsewhere, by their path with the variant taken out ("{}"): the SME2-off and
+    -on traces of a case share it. Our own test directories (``ours``) and ``skip`` are left
+    out; an ETDump whose path names no variant is an error."""
+    groups: dict[str, dict[Variant, Path]] = {}
+    for path in sorted(
+        p for p in run_dir.rglob("*") if p.suffix in ETDUMP_SUFFIXES and p.is_file()
+    ):
+        if any(path.is_relative_to(d) for d in ours) or any(
+            path.resolve().is_relative_to(d) for d in skip
+        ):
+            continue
+        rel = str(path.relative_to(run_dir))
+        matches = list(_VARIANT.finditer(rel))
+        if not matches:
+            raise ConfigError(
+                f"{path}: cannot tell whether this ETDump is SME2-on or -off; put sme2_on or "
+                "sme2_off in its path, or use `sme2 compare OFF.etdump ON.etdump`"
+            )
+        variant = Variant.ON if matches[-1][1].lower() == "on" else Variant.OFF
+        groups.setdefault(_VARIANT.sub("{}", rel), {})[variant] = path
+    return groups
+
+
 def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list[Found]:
     """Everything reportable under ``run_dir`` (see the module docstring), except what lies
     under ``exclude`` (a previous report's output inside the run directory)."""
@@ -237,25 +263,7 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
             ours.append(manifest_path.parent)
         elif isinstance(data, dict):
             kit_runs.append(KitRun.read(manifest_path, data))
-    groups: dict[str, dict[Variant, Path]] = {}
-    for path in sorted(
-        p for p in run_dir.rglob("*") if p.suffix in ETDUMP_SUFFIXES and p.is_file()
-    ):
-        if any(path.is_relative_to(d) for d in ours) or any(
-            path.resolve().is_relative_to(d) for d in skip
-        ):
-            continue
-        rel = str(path.relative_to(run_dir))
-        matches = list(_VARIANT.finditer(rel))
-        if not matches:
-            raise ConfigError(
-                f"{path}: cannot tell whether this ETDump is SME2-on or -off; put sme2_on or "
-                "sme2_off in its path, or use `sme2 compare OFF.etdump ON.etdump`"
-            )
-        variant = Variant.ON if matches[-1][1].lower() == "on" else Variant.OFF
-        key = _VARIANT.sub("{}", rel)
-        groups.setdefault(key, {})[variant] = path
-    for key, etdumps in groups.items():
+    for key, etdumps in _etdump_pairs(run_dir, ours, skip).items():
         path = next(iter(etdumps.values()))
         run = _enclosing(path, kit_runs)
         case = _foreign_case(key, path.parent.name, run.program_stem if run else None)

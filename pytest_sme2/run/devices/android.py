@@ -12,6 +12,11 @@ build) or the same runner with ``hide_sme.so`` preloaded, cross-built with the N
 ``ANDROID_NDK`` is set: cpuinfo on Android arm64 reads ``getauxval`` too (bionic has no
 ``__getauxval``, so a two-line bridge forwards to the next ``getauxval`` with ``dlsym``).
 
+What the shell is asked and answers (device facts, the command line) is in
+:mod:`~pytest_sme2.run.devices.android_shell`, what is pushed and built beside the runner in
+:mod:`~pytest_sme2.run.devices.android_bundle`, the kernels a Debug runner logs are kept by
+:class:`~pytest_sme2.run.devices.kernel_log.KernelLogs`.
+
 Everything that can go wrong on a phone — no such device, a runner crash, the USB cable — fails
 the test with a one-line :class:`RunnerError` naming what happened and a file holding the device
 log (``logcat``).
@@ -24,12 +29,11 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
-from pytest_sme2.analysis.kernel_names import ExecutedKernel
 from pytest_sme2.cache import content_key
 from pytest_sme2.errors import ConfigError, DeviceLost, RunnerError
 from pytest_sme2.run.devices.android_bundle import (
@@ -38,9 +42,18 @@ from pytest_sme2.run.devices.android_bundle import (
     ndk_libcxx,
     runner_libraries,
 )
+from pytest_sme2.run.devices.android_shell import (
+    CLASS_PROPERTIES,
+    FACTS_COMMAND,
+    DeviceFacts,
+    check_cpu_mask,
+    parse_device_facts,
+    shell_command,
+)
 from pytest_sme2.run.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.run.devices.host import isa_features, software_class, software_fingerprint
-from pytest_sme2.run.devices.kernel_log import kernel_evidence, logged_kernels, parse_kernel_log
+from pytest_sme2.run.devices.kernel_log import KernelLogs
+from pytest_sme2.run.devices.runner_pair import RUNNER_SPEC_KEYS, add_runner_options
 from pytest_sme2.runner.invoke import (
     DEFAULT_TIMEOUT_S,
     ETDUMP_NAME,
@@ -72,123 +85,6 @@ _DEVICE_LOST = re.compile(
     r"device (?:'[^']*' )?not found|no devices/emulators found|device offline|error: closed|"
     r"protocol fault|connection reset|device unauthorized"
 )
-# getprop keys for the fingerprint, and what they are called there
-_PROPERTIES = {
-    "ro.product.model": "model",
-    "ro.soc.model": "soc",
-    "ro.soc.manufacturer": "soc_manufacturer",
-    "ro.build.version.release": "android",
-    "ro.product.cpu.abi": "abi",
-}
-#: The properties that make a phone's machine class (the Android version and ABI are notes).
-_CLASS_PROPERTIES = frozenset({"model", "soc", "soc_manufacturer"})
-_FACTS_COMMAND = (
-    "for p in "
-    + " ".join(_PROPERTIES)
-    + '; do echo "$p=$(getprop $p)"; done; echo "--- cpuinfo"; cat /proc/cpuinfo'
-)
-
-
-#: The spec keys of the runner options, for the devices that take them.
-RUNNER_SPEC_KEYS = {"runner-on": "sme2_runner_on", "runner-off": "sme2_runner_off"}
-
-
-def add_runner_options(add: Callable[..., None]) -> None:
-    """``--sme2-runner-on/--sme2-runner-off``, shared by the android and mac devices: whichever
-    registers its options first adds them (pytest refuses a flag added twice)."""
-    try:
-        add(
-            "--sme2-runner-on",
-            dest="sme2_runner_on",
-            default=None,
-            help="android, mac: the sme2_runner binary to run (SME2 on); its shared libraries "
-            "are taken from beside it and its RUNPATH",
-        )
-        add(
-            "--sme2-runner-off",
-            dest="sme2_runner_off",
-            default=None,
-            help="android, mac: a second runner built without SME/SME2 kernels, used for "
-            "SME2-off instead of hiding SME from --sme2-runner-on",
-        )
-    except ValueError as err:  # already added by the other device
-        if "already added" not in str(err):
-            raise
-
-
-# --- pure helpers (tested without a device) ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What ``getprop`` and ``/proc/cpuinfo`` say about a device."""
-
-    properties: Mapping[str, str]  # fingerprint names (model, soc, android, abi) -> value
-    features: frozenset[str]  # CPU features every core reports
-    cores: int
-
-    @property
-    def has_sme2(self) -> bool:
-        return "sme2" in self.features
-
-
-def parse_device_facts(text: str) -> DeviceFacts:
-    """Parse the output of :data:`_FACTS_COMMAND`: ``key=value`` lines, then /proc/cpuinfo.
-
-    Features are those *every* core reports (big.LITTLE phones may differ per cluster).
-    """
-    head, _, cpuinfo = text.partition("--- cpuinfo")
-    properties = {}
-    for line in head.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key in _PROPERTIES and value.strip():
-            properties[_PROPERTIES[key]] = value.strip()
-    cores = 0
-    features: set[str] | None = None
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "processor":
-            cores += 1
-        elif key.strip() == "Features":
-            words = set(value.split())
-            features = words if features is None else features & words
-    return DeviceFacts(properties, frozenset(features or ()), cores)
-
-
-def shell_command(
-    directory: PurePosixPath,
-    argv: Sequence[str],
-    *,
-    preload: PurePosixPath | None = None,
-    cpu_mask: str | None = None,
-    pid_file: PurePosixPath | None = None,
-) -> str:
-    """The ``adb shell`` command line that runs ``argv`` from ``directory``.
-
-    ``cd DIR && export LD_LIBRARY_PATH=DIR [LD_PRELOAD=SHIM] && echo $$ > PID_FILE && exec
-    [taskset MASK] ARGV...``: the runner's libraries are beside it, the shim (SME2-off) is
-    preloaded, the mask pins the cores. ``exec`` makes the shell's pid, written to ``pid_file``,
-    the runner's own: killing the local ``adb`` does not end a process on the phone, so a runner
-    that hangs is killed by that pid (:meth:`AndroidDevice.run`).
-    """
-    env = [f"LD_LIBRARY_PATH={shlex.quote(str(directory))}"]
-    if preload is not None:
-        env.append(f"LD_PRELOAD={shlex.quote(str(preload))}")
-    steps = [f"cd {shlex.quote(str(directory))}", f"export {' '.join(env)}"]
-    if pid_file is not None:
-        steps.append(f"echo $$ > {shlex.quote(str(pid_file))}")
-    pin = ["taskset", shlex.quote(cpu_mask)] if cpu_mask else []
-    steps.append(" ".join(["exec", *pin, *(shlex.quote(arg) for arg in argv)]))
-    return " && ".join(steps)
-
-
-def check_cpu_mask(mask: str) -> str:
-    """A taskset mask as taskset takes it (hex, e.g. ``f0``, ``0x80``); ConfigError otherwise."""
-    if not re.fullmatch(r"(0x)?[0-9a-fA-F]+", mask) or int(mask, 16) == 0:
-        raise ConfigError(
-            f"--sme2-cpu-mask={mask!r}: expected a non-zero hex CPU mask such as f0 or 0x80"
-        )
-    return mask
 
 
 class DeviceHung(RunnerError):
@@ -239,7 +135,7 @@ class AndroidDevice(Device):
         self._preload: PurePosixPath | None = None
         self._pushed: dict[tuple[str, int, int], PurePosixPath] = {}
         self._runs = itertools.count()
-        self._kernels: dict[tuple[Path, Variant], dict[str, ExecutedKernel]] = {}
+        self._kernels = KernelLogs("XNNPACK kernel log (logcat)")
 
     spec_keys: ClassVar[Mapping[str, str]] = {
         "serial": "sme2_adb_serial",
@@ -390,7 +286,7 @@ class AndroidDevice(Device):
                 "the android device needs --sme2-runner-on: sme2_runner built for Android "
                 "arm64 with the NDK (see the README, 'android')"
             )
-        facts = parse_device_facts(self._shell(_FACTS_COMMAND).stdout)
+        facts = parse_device_facts(self._shell(FACTS_COMMAND).stdout)
         self._shell(f"mkdir -p {shlex.quote(str(self.device_dir))}")
         if not facts.has_sme2:  # without SME2 on the CPU, any runner runs SME2-off
             off = self.runner_off or self.runner_on
@@ -436,7 +332,7 @@ class AndroidDevice(Device):
         # Two phones of one model and SoC are one class; the serial and Android version are notes.
         # The CPU mask is in it: the same phone pinned to another core type is another machine.
         machine_class = {
-            **{k: v for k, v in facts.properties.items() if k in _CLASS_PROPERTIES},
+            **{k: v for k, v in facts.properties.items() if k in CLASS_PROPERTIES},
             "isa": isa_features(set(facts.features)),
             "cores": str(facts.cores),
             "cpu_mask": self.cpu_mask or "all",
@@ -519,9 +415,7 @@ class AndroidDevice(Device):
         finally:
             self._shell(f"rm -rf {shlex.quote(str(remote_dir))}", check=False)
         logcat = self._adb("logcat", "-d", "-s", "XNNPACK", check=False).stdout
-        key = (model, variant)
-        uses = parse_kernel_log([*log.splitlines(), *logcat.splitlines()])
-        self._kernels[key] = logged_kernels(self._kernels.get(key, {}), uses)
+        self._kernels.add(model, variant, [*log.splitlines(), *logcat.splitlines()])
         return collect_result(workdir, plan, log, remote)
 
     def _kill_remote(self, pid_file: PurePosixPath) -> str:
@@ -572,12 +466,7 @@ class AndroidDevice(Device):
         timeout_s: float | None = None,  # no run of its own: kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
-        kernels = self._kernels.get((model, variant))
-        if not kernels:
-            return None
-        return kernel_evidence(
-            kernels, source="XNNPACK kernel log (logcat)", executed=tuple(kernels.values())
-        )
+        return self._kernels.evidence(model, variant)
 
 
 def _identity(path: Path | None) -> str:

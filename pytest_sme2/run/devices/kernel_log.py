@@ -11,7 +11,8 @@ on stderr, or through Android's log with the tag ``XNNPACK`` (``adb logcat -d -s
 
 Release builds (the wheels) log nothing, so an empty result means "no evidence", not "no SME2".
 The name classification (:func:`kernel_isa`) also serves KleidiAI symbols seen executing under
-emulation (``kai_kernel_matmul_..._sme2_mopa``). Pure functions: no device, no subprocess.
+emulation (``kai_kernel_matmul_..._sme2_mopa``). No device, no subprocess: a device that runs a
+Debug runner (android, mac) hands each run's log lines to its :class:`KernelLogs`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.analysis.kernel_names import (
@@ -29,7 +31,7 @@ from pytest_sme2.analysis.kernel_names import (
     kernel_isa,
 )
 from pytest_sme2.analysis.trace import Trace
-from pytest_sme2.run.devices.base import Sme2Evidence
+from pytest_sme2.run.devices.base import Sme2Evidence, Variant
 
 _USING = re.compile(r"Using (\w+) microkernel '(\w+)'")
 
@@ -91,3 +93,26 @@ def kernel_evidence(
         kernels=executed,
         operator_kernels=operator_kernels,
     )
+
+
+class KernelLogs:
+    """The kernels a device's Debug runner logged, per (program, variant), merged over every
+    process that ran it (:func:`logged_kernels`): a device's ``run`` adds each run's log lines,
+    its ``evidence`` reads them back, since the runs are where the log is."""
+
+    def __init__(self, source: str) -> None:
+        """``source`` names where the lines come from, in the evidence ("XNNPACK kernel log")."""
+        self.source = source
+        self._kernels: dict[tuple[Path, Variant], dict[str, ExecutedKernel]] = {}
+
+    def add(self, model: Path, variant: Variant, lines: Iterable[str]) -> None:
+        """One run's log lines (a whole runner log or logcat dump: other lines are ignored)."""
+        key = (model, variant)
+        self._kernels[key] = logged_kernels(self._kernels.get(key, {}), parse_kernel_log(lines))
+
+    def evidence(self, model: Path, variant: Variant) -> Sme2Evidence | None:
+        """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
+        kernels = self._kernels.get((model, variant))
+        if not kernels:
+            return None
+        return kernel_evidence(kernels, source=self.source, executed=tuple(kernels.values()))

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from pytest_sme2.analysis.kernel_names import ExecutedKernel
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.run.devices.android import RUNNER_SPEC_KEYS, add_runner_options
 from pytest_sme2.run.devices.base import Device, DeviceInfo, OptionGetter, Sme2Evidence, Variant
 from pytest_sme2.run.devices.host import software_class, software_fingerprint
-from pytest_sme2.run.devices.kernel_log import kernel_evidence, logged_kernels, parse_kernel_log
+from pytest_sme2.run.devices.kernel_log import KernelLogs
+from pytest_sme2.run.devices.runner_pair import RUNNER_SPEC_KEYS, add_runner_options
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, RunPlan, RunResult, run_runner, run_step
 
@@ -120,7 +119,7 @@ class MacDevice(Device):
         self._facts: MacFacts | None = None
         self._runners: dict[Variant, Path] = {}
         self._shim: Path | None = None
-        self._kernels: dict[tuple[Path, Variant], dict[str, ExecutedKernel]] = {}
+        self._kernels = KernelLogs("XNNPACK kernel log")
 
     spec_keys: ClassVar[Mapping[str, str]] = RUNNER_SPEC_KEYS
 
@@ -198,9 +197,7 @@ class MacDevice(Device):
             raise RunnerError(f"the mac device cannot run {variant} (its CPU has no SME2)")
         env = variant_environment(variant, self._shim)  # no shim with a runner pair
         result = run_runner(runner, model, workdir, plan, inputs=inputs, env=env)
-        key = (model, variant)
-        uses = parse_kernel_log(result.log.splitlines())
-        self._kernels[key] = logged_kernels(self._kernels.get(key, {}), uses)
+        self._kernels.add(model, variant, result.log.splitlines())
         return result
 
     def evidence(
@@ -214,12 +211,7 @@ class MacDevice(Device):
         timeout_s: float | None = None,  # no run of its own: kernels come from run()'s logs
     ) -> Sme2Evidence | None:
         """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
-        kernels = self._kernels.get((model, variant))
-        if not kernels:
-            return None
-        return kernel_evidence(
-            kernels, source="XNNPACK kernel log", executed=tuple(kernels.values())
-        )
+        return self._kernels.evidence(model, variant)
 
 
 #: Compiling the dylib or the probe (one small C file each), and running the probe (at once).
