@@ -284,7 +284,7 @@ class AndroidDevice(Device):
         if self.runner_on is None:
             raise ConfigError(
                 "the android device needs --sme2-runner-on: sme2_runner built for Android "
-                "arm64 with the NDK (see the README, 'android')"
+                "arm64 with the NDK (see docs/devices.md, 'android')"
             )
         facts = parse_device_facts(self._shell(FACTS_COMMAND).stdout)
         self._shell(f"mkdir -p {shlex.quote(str(self.device_dir))}")
