@@ -15,11 +15,11 @@ from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.registry import DTYPES, ModelSpec
 from pytest_sme2.judge.baseline import Tolerances
-from pytest_sme2.judge.check import Policy
 from pytest_sme2.run.measure import MeasurePlan
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
     from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.judge.check import Policy
     from pytest_sme2.run.devices.spec import DeviceSpec
 
 
@@ -174,7 +174,9 @@ class Settings:
 
     @property
     def policy(self) -> Policy:
-        """The options judging reads (``judge.check``)."""
+        """The options judging reads (``judge.check``, loaded when a case is judged)."""
+        from pytest_sme2.judge.check import Policy
+
         return Policy(
             tolerances=self.tolerances,
             update=self.update_baselines,
