@@ -7,8 +7,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from pytest_sme2.cache import cache_root
 from pytest_sme2.judge.unused_baselines import UnusedBaselines, unused_baselines
 from tests.test_plugin import CONFTEST, make_suite, run
