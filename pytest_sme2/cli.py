@@ -132,6 +132,28 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _add_history(sub: argparse._SubParsersAction) -> None:
+    """``sme2 history``: its own function, as its options share nothing with the others'."""
+    history = sub.add_parser(
+        "history",
+        help="trends over commits and the steps in them, from --sme2-history records",
+        description="Read every history record under HISTORY_DIR (files copied in from any "
+        "number of runs and runners), order them by the commits of REPO, find where each "
+        "quantity stepped, and print the markdown summary. Unreadable files and unknown commits "
+        "are named, one line each, and left out.",
+    )
+    history.add_argument("history_dir", type=Path, help="directory of *.jsonl history records")
+    history.add_argument("--html", type=Path, help="write the self-contained HTML page here")
+    history.add_argument("--markdown", type=Path, help="write the markdown summary here too")
+    history.add_argument(
+        "--repo",
+        type=Path,
+        default=Path.cwd(),
+        help="the git repository whose commits order the records (default: the current directory)",
+    )
+    history.set_defaults(handler=_history)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sme2", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -178,24 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="also write every artifact into this directory")
     compare.add_argument("--warmup", type=_non_negative, default=REPORT_WARMUP, help=warmup_help)
     compare.set_defaults(handler=_compare)
-    history = sub.add_parser(
-        "history",
-        help="trends over commits and the steps in them, from --sme2-history records",
-        description="Read every history record under HISTORY_DIR (files copied in from any "
-        "number of runs and runners), order them by the commits of REPO, find where each "
-        "quantity stepped, and print the markdown summary. Unreadable files and unknown commits "
-        "are named, one line each, and left out.",
-    )
-    history.add_argument("history_dir", type=Path, help="directory of *.jsonl history records")
-    history.add_argument("--html", type=Path, help="write the self-contained HTML page here")
-    history.add_argument("--markdown", type=Path, help="write the markdown summary here too")
-    history.add_argument(
-        "--repo",
-        type=Path,
-        default=Path.cwd(),
-        help="the git repository whose commits order the records (default: the current directory)",
-    )
-    history.set_defaults(handler=_history)
+    _add_history(sub)
     return parser
 
 

@@ -13,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_sme2.judge.history import HistoryRecord
+    from pytest_sme2.judge.unused_baselines import UnusedBaselines
     from pytest_sme2.judge.verdict import Verdict
     from pytest_sme2.report.kit_json import Program
     from pytest_sme2.run.measurement import Measurement
@@ -32,3 +33,5 @@ VERDICTS_KEY: pytest.StashKey[tuple[Verdict, ...]] = pytest.StashKey()
 BASELINE_CHANGES_KEY: pytest.StashKey[tuple[Path, tuple[str, ...]]] = pytest.StashKey()
 #: the history record a judged case appended (``--sme2-history``)
 HISTORY_KEY: pytest.StashKey[HistoryRecord] = pytest.StashKey()
+#: the baselines no case of the suite uses, found (or removed) when the session ended
+UNUSED_BASELINES_KEY: pytest.StashKey[UnusedBaselines] = pytest.StashKey()

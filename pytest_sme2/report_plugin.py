@@ -29,6 +29,7 @@ from pytest_sme2.keys import (
     MEASUREMENT_KEY,
     PROGRAM_KEY,
     SETTINGS_KEY,
+    UNUSED_BASELINES_KEY,
     VERDICTS_KEY,
 )
 from pytest_sme2.progress import Finished
@@ -361,28 +362,40 @@ class ReportPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_sme2.report.content import untimed_summary
-        from pytest_sme2.report.terminal import baseline_change_lines, slowest_lines, summary_lines
+        from pytest_sme2.report.terminal import slowest_lines, summary_lines
 
         if self.exports:
             terminalreporter.section("pytest-sme2 slowest exports and builds")
             for line in slowest_lines(self.exports):
                 terminalreporter.write_line(line)
-        if not self.summary_rows:
-            return
-        terminalreporter.section("pytest-sme2")
-        for line in summary_lines(self.summary_rows, sorted(self.skipped)):
-            terminalreporter.write_line(line)
-        for line in untimed_summary(self.untimed, len(self.summary_rows)):
-            terminalreporter.write_line(line)
-        if self.session_report is not None:
-            terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")
-        if self.history_page is not None:
-            terminalreporter.write_line(f"pytest-sme2 history page: {self.history_page}")
-        for line in self.history_problems:
-            terminalreporter.write_line(f"pytest-sme2 history: {line}", yellow=True)
-        if self.session_report_error:
-            terminalreporter.write_line(self.session_report_error, red=True)
+        if self.summary_rows:
+            terminalreporter.section("pytest-sme2")
+            for line in summary_lines(self.summary_rows, sorted(self.skipped)):
+                terminalreporter.write_line(line)
+            for line in untimed_summary(self.untimed, len(self.summary_rows)):
+                terminalreporter.write_line(line)
+            if self.session_report is not None:
+                terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")
+            if self.history_page is not None:
+                terminalreporter.write_line(f"pytest-sme2 history page: {self.history_page}")
+            for line in self.history_problems:
+                terminalreporter.write_line(f"pytest-sme2 history: {line}", yellow=True)
+            if self.session_report_error:
+                terminalreporter.write_line(self.session_report_error, red=True)
+        self._baselines_summary(terminalreporter)
+
+    def _baselines_summary(self, terminalreporter: Any) -> None:
+        """Every baseline written this session and what changed in it (a case's changes travel
+        on its report, so this works under xdist), then the baselines no case of the suite uses
+        (``Sme2Session.finish``), listed or, under ``--sme2-update-baselines``, removed."""
+        from pytest_sme2.report.terminal import baseline_change_lines
+
         if self.baseline_changes:
             terminalreporter.section("pytest-sme2 baselines written")
             for line in baseline_change_lines(self.baseline_changes):
                 terminalreporter.write_line(line)
+        unused = self.config.stash.get(UNUSED_BASELINES_KEY, None)
+        if unused is not None and unused.paths:
+            terminalreporter.section("pytest-sme2 unused baselines")
+            for line in unused.lines(self.config.invocation_params.dir):
+                terminalreporter.write_line(line, yellow=not unused.removed)

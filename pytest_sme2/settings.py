@@ -19,6 +19,7 @@ from pytest_sme2.run.measure import MeasurePlan
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
     from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.judge.check import Policy
     from pytest_sme2.run.devices.spec import DeviceSpec
 
 
@@ -171,6 +172,19 @@ class Settings:
     tolerances: Tolerances
     classifier: Classifier
 
+    @property
+    def policy(self) -> Policy:
+        """The options judging reads (``judge.check``, loaded when a case is judged)."""
+        from pytest_sme2.judge.check import Policy
+
+        return Policy(
+            tolerances=self.tolerances,
+            update=self.update_baselines,
+            strict=self.strict,
+            judge_disturbed=self.judge_disturbed,
+            calibrate_runs=self.calibrate_runs,
+        )
+
     def cases(self, registered: Sequence[ModelSpec | ProgramSpec]) -> list[Case]:
         """Every device × selected model × dtype × thread count, device by device and models in
         registration order; on an emulating device, each model as it runs there (its emulation
@@ -223,10 +237,8 @@ def fleet_specs(
     )
 
 
-def resolve(
-    get_option: Callable[[str], Any], get_ini: Callable[[str], Any], rootdir: Path
-) -> Settings:
-    """Settings from command-line values (None when not given) falling back to ini values."""
+def _raw_values(get_option: Callable[[str], Any], get_ini: Callable[[str], Any]) -> dict[str, Any]:
+    """Each option's value by its dest: the command line's, else the ini's, cast to its kind."""
     values: dict[str, Any] = {}
     for option in OPTIONS:
         raw = get_option(option.dest)
@@ -242,15 +254,26 @@ def resolve(
             )
         else:
             values[option.dest] = str(raw)
+    return values
+
+
+def _threads(values: dict[str, Any]) -> tuple[int, ...]:
     threads_opt = next(o for o in OPTIONS if o.name == "threads")
     threads = tuple(_number(threads_opt, t, int) for t in _split(values["sme2_threads"]))
     if not threads or min(threads) < 1:
         raise ConfigError(f"--sme2-threads={values['sme2_threads']!r}: give one or more counts ≥ 1")
+    return threads
+
+
+def _dtypes(values: dict[str, Any]) -> tuple[str, ...]:
     dtypes = _split(values["sme2_dtypes"])
     unknown = sorted(set(dtypes) - set(DTYPES))
     if unknown:
         raise ConfigError(f"--sme2-dtypes names unknown dtype(s) {unknown}; known: {list(DTYPES)}")
-    artifacts, history = values["sme2_artifacts"], values["sme2_history"]
+    return dtypes
+
+
+def _calibrate_runs(values: dict[str, Any]) -> int:
     calibrate_runs = values["sme2_calibrate"]
     if calibrate_runs < 0 or calibrate_runs == 1:
         raise ConfigError(
@@ -262,6 +285,17 @@ def resolve(
             "--sme2-calibrate and --sme2-update-baselines do not mix: a calibration measures the "
             "noise against the baseline as stored; update first, then calibrate"
         )
+    return calibrate_runs
+
+
+def resolve(
+    get_option: Callable[[str], Any], get_ini: Callable[[str], Any], rootdir: Path
+) -> Settings:
+    """Settings from command-line values (None when not given) falling back to ini values."""
+    values = _raw_values(get_option, get_ini)
+    threads, dtypes = _threads(values), _dtypes(values)
+    calibrate_runs = _calibrate_runs(values)
+    artifacts, history = values["sme2_artifacts"], values["sme2_history"]
     return Settings(
         devices=fleet_specs(get_option, get_ini),
         plan=MeasurePlan(

@@ -11,20 +11,18 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
 from pytest_sme2.run.measurement import Measurement
 
 
-def add_benchmarks(config: pytest.Config, nodeid: str, m: Measurement) -> int:
-    """Append one entry per measured variant to pytest-benchmark's session; returns how many.
+def add_benchmarks(session: Any, nodeid: str, m: Measurement) -> int:
+    """Append one entry per measured variant to pytest-benchmark's ``session`` (its plugin's
+    ``config._benchmarksession``, None when it is not installed); returns how many.
 
     Nothing is added when pytest-benchmark is absent or disabled (``--benchmark-disable``, xdist),
     or when no pytest-benchmark output was asked for (``--benchmark-json``, ``--benchmark-save``,
     ``--benchmark-autosave``, ``--benchmark-compare``): the suite's own summary table is enough
     for a plain run, and pytest-benchmark's would repeat it at length.
     """
-    session = getattr(config, "_benchmarksession", None)
     if session is None or session.disabled:
         return 0
     if not (session.json or session.save or session.autosave or session.compare):

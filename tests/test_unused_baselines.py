@@ -1,0 +1,83 @@
+"""Baselines no case of the suite uses any more: listed at the end of a session over the whole
+suite, removed under ``--sme2-update-baselines`` (``judge.unused_baselines``, ``Sme2Session``),
+and left alone by a session that runs a subset of the cases, which cannot know."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from pytest_sme2.cache import cache_root
+from pytest_sme2.judge.unused_baselines import UnusedBaselines, unused_baselines
+from tests.test_plugin import CONFTEST, make_suite, run
+
+pytest_plugins = ["pytester"]
+
+#: the real export cache, resolved before pytester points HOME elsewhere: inner sessions reuse it
+CACHE = cache_root()
+
+#: a test of every case that measures nothing: the sessions after the first only collect cases
+CASES_ONLY = """
+def test_case(sme2_case, sme2_baseline_path):
+    assert sme2_baseline_path.exists()
+"""
+
+LISTED = "unused baselines (no collected case uses them;*"
+
+
+def test_only_this_sessions_thread_counts_and_unused_files_are_found(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    for name in ("a-fp32.json", "a-fp32-t2.json", "b-fp32.json", "b-fp32.json.invalid-1"):
+        (host / name).write_text("{}")
+    used = {host / "a-fp32.json"}
+    assert unused_baselines([host, tmp_path / "none"], used, (1,)) == (host / "b-fp32.json",)
+    assert unused_baselines([host], used, (1, 2)) == (host / "a-fp32-t2.json", host / "b-fp32.json")
+
+
+def test_what_two_workers_found_is_one_finding():
+    one = UnusedBaselines((Path("/b/host/x.json"),), removed=True)
+    other = UnusedBaselines((Path("/b/host/y.json"), Path("/b/host/x.json")), removed=True)
+    assert one.merged(UnusedBaselines.from_json(other.to_json())) == UnusedBaselines(
+        (Path("/b/host/x.json"), Path("/b/host/y.json")), removed=True
+    )
+    assert one.lines(Path("/b")) == [
+        "unused baselines removed (no case of the suite uses them any more):",
+        "    host/x.json",
+    ]
+
+
+def test_a_removed_models_baseline_is_listed_then_removed_by_a_whole_suite_update(
+    pytester, monkeypatch
+):
+    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
+    make_suite(pytester)
+    recorded = run(pytester, "--sme2-update-baselines")
+    recorded.assert_outcomes(passed=2)
+    assert "unused baselines" not in recorded.stdout.str()
+    host = pytester.path / "baselines" / "host"
+    gone, kept = host / "plug_b-fp32.json", host / "plug_a-fp32.json"
+    two_threads = host / "plug_a-fp32-t2.json"  # another session's (--sme2-threads=2)
+    shutil.copy(kept, two_threads)
+    # plug_b is no longer registered
+    pytester.makeconftest(CONFTEST.format(size=48).split('@register_model("plug_b"')[0])
+    pytester.makepyfile(test_suite=CASES_ONLY)
+
+    for xdist in ((), ("-n", "2")):
+        listed = run(pytester, *xdist)
+        listed.assert_outcomes(passed=1)
+        listed.stdout.fnmatch_lines(["*pytest-sme2 unused baselines*", LISTED, "    */plug_b-*"])
+        assert "plug_a-fp32" not in listed.stdout.str()
+        assert gone.exists()
+
+    subset = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines")
+    subset.assert_outcomes(passed=1)
+    assert "unused baselines" not in subset.stdout.str() and gone.exists()
+
+    removed = run(pytester, "--sme2-update-baselines", "-n", "2")
+    removed.assert_outcomes(passed=1)
+    removed.stdout.fnmatch_lines(
+        ["*pytest-sme2 unused baselines*", "unused baselines removed *", "    */plug_b-fp32.json"]
+    )
+    assert not gone.exists() and kept.exists() and two_threads.exists()
+    assert "unused baselines" not in run(pytester).stdout.str()
