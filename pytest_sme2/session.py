@@ -285,8 +285,8 @@ class Sme2Session:
     def finish(self, exitstatus: int) -> None:
         """At the session's end: find the baselines no collected case uses; under
         ``--sme2-update-baselines`` over the whole suite (and not ``--collect-only``, nor an
-        interrupted session), remove them. An xdist worker sends what it found to the
-        controller, which collects nothing itself (:meth:`worker_finished`)."""
+        interrupted session, nor one that named its test files), remove them. An xdist worker sends
+        what it found to the controller, which collects nothing itself (:meth:`worker_finished`)."""
         from pytest_sme2.judge.baseline import baseline_path
         from pytest_sme2.judge.unused_baselines import UnusedBaselines, unused_baselines
 
@@ -301,11 +301,14 @@ class Sme2Session:
         }
         folders = [settings.baseline_dir / device.directory for device in settings.devices]
         paths = unused_baselines(folders, used, settings.threads)
-        remove = settings.update_baselines and not self.config.option.collectonly
-        remove = remove and exitstatus != pytest.ExitCode.INTERRUPTED
+        update = settings.update_baselines and not self.config.option.collectonly
+        update = update and exitstatus != pytest.ExitCode.INTERRUPTED
+        # files named on the command line: a module that registers models may be left out
+        named = self.config.args_source is pytest.Config.ArgsSource.ARGS
+        remove = update and not named
         for path in paths if remove else ():
             path.unlink(missing_ok=True)  # xdist's workers each remove: the first one does
-        self._found(UnusedBaselines(paths, remove))
+        self._found(UnusedBaselines(paths, remove, withheld=update and named))
 
     def worker_finished(self, workeroutput: dict[str, Any] | None) -> None:
         """An xdist worker ended: take the unused baselines it found."""

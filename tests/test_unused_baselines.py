@@ -74,6 +74,14 @@ def test_a_removed_models_baseline_is_listed_then_removed_by_a_whole_suite_updat
     subset.assert_outcomes(passed=1)
     assert "unused baselines" not in subset.stdout.str() and gone.exists()
 
+    # naming the test file: a module that registers models may be left out, so nothing goes
+    named = run(pytester, "test_suite.py", "--sme2-update-baselines")
+    named.assert_outcomes(passed=1)
+    named.stdout.fnmatch_lines(
+        ["unused baselines, not removed *without file arguments removes them):", "    */plug_b-*"]
+    )
+    assert gone.exists()
+
     removed = run(pytester, "--sme2-update-baselines", "-n", "2")
     removed.assert_outcomes(passed=1)
     removed.stdout.fnmatch_lines(

@@ -39,28 +39,44 @@ class UnusedBaselines:
 
     paths: tuple[Path, ...]
     removed: bool
+    #: an update that would have removed them, but the session named its test files: a model
+    #: registered in a test module it did not collect would look unused, so nothing is removed
+    withheld: bool = False
 
     def merged(self, other: UnusedBaselines) -> UnusedBaselines:
         """Both findings as one: xdist's workers each look, and one may remove a file before
         another looks."""
         return UnusedBaselines(
-            tuple(sorted({*self.paths, *other.paths})), self.removed or other.removed
+            tuple(sorted({*self.paths, *other.paths})),
+            self.removed or other.removed,
+            self.withheld or other.withheld,
         )
 
     def to_json(self) -> dict[str, object]:
-        return {"paths": [str(path) for path in self.paths], "removed": self.removed}
+        return {
+            "paths": [str(path) for path in self.paths],
+            "removed": self.removed,
+            "withheld": self.withheld,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, object]) -> UnusedBaselines:
         paths = doc["paths"]
         assert isinstance(paths, list)
-        return cls(tuple(Path(path) for path in paths), bool(doc["removed"]))
+        return cls(tuple(Path(path) for path in paths), bool(doc["removed"]), bool(doc["withheld"]))
 
     def lines(self, base: Path) -> list[str]:
         """What the terminal summary says: a heading line, then each path relative to ``base``
         (the directory pytest was invoked in), indented."""
         if self.removed:
             head = "unused baselines removed (no case of the suite uses them any more):"
+        elif self.withheld:
+            head = (
+                "unused baselines, not removed (no collected case uses them, but this session "
+                "named its test files: a model registered in a test module it did not collect "
+                "would look unused; `pytest --sme2-update-baselines` without file arguments "
+                "removes them):"
+            )
         else:
             head = (
                 "unused baselines (no collected case uses them; --sme2-update-baselines over the "
