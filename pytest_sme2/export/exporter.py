@@ -25,8 +25,9 @@ Numerics are checked for real, as two numbers with two meanings
 - the *program error*: the ``.pte`` runs in the native runner (never the Python bindings, which
   crash) on the example inputs, and its outputs are compared with the eager model it was lowered
   from (the recipe's reference), on the very inputs the program received. A program that
-  disagrees beyond its dtype's :data:`TOLERANCES` (static int8: counted in output quantization
-  steps, :func:`pytest_sme2.export.recipes.output_steps`, and in the output's spread) — or returns
+  disagrees beyond its dtype's tolerance (:data:`pytest_sme2.analysis.tolerances.TOLERANCES`;
+  static int8: counted in output quantization steps,
+  :func:`pytest_sme2.export.recipes.output_steps`, and in the output's spread) — or returns
   any NaN/inf — raises :class:`NumericsError`; the entry stays cached with its errors, so a re-run
   raises again in milliseconds instead of re-exporting. Tolerances are applied when an entry is
   read, not baked into it, so changing them needs no re-export; an entry checked before the
@@ -75,8 +76,8 @@ from pytest_sme2.analysis.numerics import (
     Numerics,
     OutputError,
     compare_outputs,
-    tolerance_for,
 )
+from pytest_sme2.analysis.tolerances import tolerance_for
 from pytest_sme2.cache import cache_root, cached_dir, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.export import failures as export_failures

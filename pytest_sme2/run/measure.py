@@ -18,8 +18,9 @@ from pathlib import Path
 
 from pytest_sme2 import progress
 from pytest_sme2.analysis.categories import Classifier
-from pytest_sme2.analysis.numerics import ExportNumerics, Tolerance
+from pytest_sme2.analysis.numerics import ExportNumerics
 from pytest_sme2.analysis.profile import Profile
+from pytest_sme2.analysis.tolerances import Tolerance
 from pytest_sme2.analysis.trace import Trace
 from pytest_sme2.run.case_runs import CaseRuns
 from pytest_sme2.run.deadline import Deadline

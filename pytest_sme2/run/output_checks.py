@@ -14,11 +14,10 @@ import numpy as np
 from pytest_sme2.analysis.numerics import (
     MismatchError,
     Numerics,
-    Tolerance,
     compare_outputs,
     degenerate,
-    tolerance_for,
 )
+from pytest_sme2.analysis.tolerances import Tolerance, tolerance_for
 from pytest_sme2.errors import RunnerError
 from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.run.measurement import VariantMeasurement
@@ -49,7 +48,7 @@ def parity(
     tolerance: Tolerance | None = None,
 ) -> Numerics | None:
     """SME2-on outputs judged against SME2-off outputs within ``tolerance`` (a registered
-    program's), else the ``dtype`` label's (:func:`~pytest_sme2.analysis.numerics.tolerance_for`).
+    program's), else the ``dtype`` label's (:func:`~pytest_sme2.analysis.tolerances.tolerance_for`).
 
     The same program on the same inputs must compute the same thing whichever kernels ran; a
     broken SME2 kernel would show here even where eager PyTorch is not at hand. Vacuous when

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_sme2.analysis.numerics import ExportNumerics, Tolerance
+from pytest_sme2.analysis.numerics import ExportNumerics
+from pytest_sme2.analysis.tolerances import Tolerance
 from pytest_sme2.errors import ConfigError
 
 
