@@ -13,6 +13,7 @@ import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
 from pytest_sme2 import progress
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.registry import get_model
@@ -20,6 +21,7 @@ from pytest_sme2.run import measure as measure_module
 from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.run.devices.host import HostDevice
 from pytest_sme2.run.measure import MeasurePlan
+from pytest_sme2.run.measurement import Measurement
 from pytest_sme2.run.output_checks import parity
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.measurements import OFF_OPS, ON_OPS, measure_toy_cnn, variant
@@ -47,6 +49,13 @@ def test_host_measurement_of_a_real_model(tmp_path: Path):
         "sme2-off-round2",
         "sme2-off-traced",
     ]
+    # the traced run's ETDump, parsed once here, rides on the record in memory only
+    assert off.trace is not None and off.trace.path == off.etdump
+    assert read_etdump(off.etdump).runs == off.trace.runs
+    saved = m.to_json(tmp_path)
+    assert "trace" not in saved["variants"][0]
+    back = Measurement.from_json(saved, tmp_path)
+    assert back == m and back.variants[Variant.OFF].trace is None
 
 
 def with_outputs(v: Variant, path: Path, arrays):
