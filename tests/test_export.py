@@ -24,7 +24,8 @@ pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
 import models  # noqa: F401  (registers the examples)
-from pytest_sme2.analysis.numerics import TOLERANCES, DegenerateOutputWarning
+from pytest_sme2.analysis.numerics import DegenerateOutputWarning
+from pytest_sme2.analysis.tolerances import TOLERANCES
 from pytest_sme2.errors import STAGES, ConfigError, ExportError, NumericsError
 from pytest_sme2.export.exporter import (
     MANIFEST_NAME,

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("executorch")
 
 from pytest_sme2.errors import ExportError
+from pytest_sme2.export import build as export_build
 from pytest_sme2.export import exporter as export
 from pytest_sme2.export import failures as export_failures
 from pytest_sme2.export import key as program_key
@@ -57,7 +58,7 @@ def _no_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
     def lowered(*args: object) -> None:
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(export, "_build", lowered)
+    monkeypatch.setattr(export, "build_export", lowered)
 
 
 def test_a_failure_of_the_program_is_recorded_and_raised_again_without_exporting(
@@ -108,7 +109,7 @@ def test_a_failure_of_the_machine_is_not_recorded(
     def lower(exported: object) -> object:
         raise cause
 
-    monkeypatch.setattr(export, "lower", lower)
+    monkeypatch.setattr(export_build, "lower", lower)
     spec = ModelSpec("machine_failed", _linear, _inputs, "")
     with pytest.raises(ExportError) as caught:
         export_model(spec, "fp32")

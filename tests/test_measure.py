@@ -13,13 +13,16 @@ import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
 from pytest_sme2 import progress
+from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.registry import get_model
 from pytest_sme2.run import measure as measure_module
 from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.run.devices.host import HostDevice
-from pytest_sme2.run.measure import MeasurePlan, _parity
+from pytest_sme2.run.measure import MeasurePlan
+from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.run.output_checks import parity
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.measurements import OFF_OPS, ON_OPS, measure_toy_cnn, variant
 
@@ -46,6 +49,13 @@ def test_host_measurement_of_a_real_model(tmp_path: Path):
         "sme2-off-round2",
         "sme2-off-traced",
     ]
+    # the traced run's ETDump, parsed once here, rides on the record in memory only
+    assert off.trace is not None and off.trace.path == off.etdump
+    assert read_etdump(off.etdump).runs == off.trace.runs
+    saved = m.to_json(tmp_path)
+    assert "trace" not in saved["variants"][0]
+    back = Measurement.from_json(saved, tmp_path)
+    assert back == m and back.variants[Variant.OFF].trace is None
 
 
 def with_outputs(v: Variant, path: Path, arrays):
@@ -60,14 +70,14 @@ def test_parity_judges_on_against_off_with_the_dtype_tolerance(tmp_path: Path):
         Variant.ON: with_outputs(Variant.ON, tmp_path / "on", [x + 1e-7]),
         Variant.OFF: with_outputs(Variant.OFF, tmp_path / "off", [x]),
     }
-    assert _parity(same, "toy", "fp32").ok
+    assert parity(same, "toy", "fp32").ok
     broken = {**same, Variant.ON: with_outputs(Variant.ON, tmp_path / "on2", [x * 1.5])}
-    numerics = _parity(broken, "toy", "fp32")
+    numerics = parity(broken, "toy", "fp32")
     assert not numerics.ok and numerics.max_abs == pytest.approx(0.5)
-    assert _parity({Variant.OFF: same[Variant.OFF]}, "toy", "fp32") is None
+    assert parity({Variant.OFF: same[Variant.OFF]}, "toy", "fp32") is None
     odd = {**same, Variant.ON: with_outputs(Variant.ON, tmp_path / "on3", [x[:2]])}
     with pytest.raises(RunnerError, match=r"outputs of toy\[fp32\] differ: output 0 has shape"):
-        _parity(odd, "toy", "fp32")
+        parity(odd, "toy", "fp32")
 
 
 def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a_slow_one(

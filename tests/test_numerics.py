@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 
 from pytest_sme2.analysis.numerics import (
-    TOLERANCES,
     Deviation,
     ExportNumerics,
     MismatchError,
     Numerics,
     OutputError,
-    Tolerance,
     compare_outputs,
     degenerate,
 )
+from pytest_sme2.analysis.tolerances import TOLERANCES, Tolerance
 
 
 def test_numerics_pass_within_tolerance_of_the_output_range() -> None:

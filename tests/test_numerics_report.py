@@ -18,7 +18,7 @@ from pytest_sme2.judge.verdict import Status
 from pytest_sme2.report.artifacts import REPORT_NAME
 from pytest_sme2.report.rundir import load_test_dir
 from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measure import _parity
+from pytest_sme2.run.output_checks import parity
 
 pytest_plugins = ["pytester"]
 
@@ -104,14 +104,14 @@ def test_vanishing_outputs_pass_vacuously_and_every_report_says_so(
     assert measurement.numerics is not None and measurement.numerics.program.vacuous
     off = measurement.variants[Variant.OFF]
     assert off.outputs is not None
-    parity = _parity(
+    on_off = parity(
         {Variant.ON: replace(off, variant=Variant.ON), Variant.OFF: off}, "vanishing", "fp32"
     )
-    assert parity is not None and parity.ok
-    assert parity.vacuous is not None and parity.vacuous.startswith("output 0 is ")
+    assert on_off is not None and on_off.ok
+    assert on_off.vacuous is not None and on_off.vacuous.startswith("output 0 is ")
     verdicts = {
         v.gate: v
-        for v in judge(replace(measurement, parity=parity), None, Expectations(), Tolerances())
+        for v in judge(replace(measurement, parity=on_off), None, Expectations(), Tolerances())
     }
     assert verdicts["parity"].status is Status.PASS
     assert verdicts["parity"].message.startswith(

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from pytest_sme2 import register_program
-from pytest_sme2.analysis.numerics import TOLERANCES, ExportNumerics, tolerance_for
+from pytest_sme2.analysis.numerics import ExportNumerics
+from pytest_sme2.analysis.tolerances import TOLERANCES, tolerance_for
 from pytest_sme2.cache import cache_root
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export import program_files

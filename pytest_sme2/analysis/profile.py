@@ -20,7 +20,7 @@ from typing import Any
 from pytest_sme2.analysis.categories import CATEGORIES, Classifier
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.stats import LatencyStats, Ratio, median_ratio
-from pytest_sme2.analysis.trace import Event, Trace
+from pytest_sme2.analysis.trace import Event, Run, Trace
 from pytest_sme2.errors import TraceError
 
 XNNPACK_BACKEND = "XnnpackBackend"
@@ -195,7 +195,6 @@ def profile(
     backend. ``unit`` says what the trace's times are: :data:`INSTRUCTIONS` for an instruction-timed
     one.
     """
-    classifier = classifier or Classifier()
     kept = trace.runs[warmup:]
     if not kept:
         raise TraceError(
@@ -203,14 +202,48 @@ def profile(
             f"has {len(trace.runs)} run(s); nothing left after dropping {warmup} warm-up run(s)",
         )
     n = len(kept)
-    named_ms = dict.fromkeys(NAMED_CATEGORIES, 0.0)
-    sub_ms: dict[str, float] = {}
-    ops: dict[str, list] = {}  # key -> [count, total_ms, backend, category, sub, packed]
-    # Each distinct name is classified once: a trace repeats a few hundred names ~10^5 times.
+    tally = _tally(kept, classifier or Classifier(), backends)
+    e2e = tuple(run.e2e_ms for run in kept)
+    mean_e2e = sum(e2e) / n
+    operators, named_ms, sub_ms = _operators(tally.ops, n, mean_e2e)
+    categories = {c: named_ms.get(c, 0.0) for c in NAMED_CATEGORIES}
+    categories[OTHER] = mean_e2e - sum(categories.values())
+    return Profile(
+        e2e_ms=e2e,
+        warmup=warmup,
+        latency=LatencyStats.of(e2e),
+        categories_ms={c: categories[c] for c in CATEGORIES},
+        subcategories_ms=dict(sorted(sub_ms.items())),
+        operators=tuple(operators),
+        delegated_ms=tally.delegated_ms / n,
+        non_delegated_ms=tally.non_delegated_ms / n,
+        delegate_calls_per_run=tally.delegate_calls / n,
+        backends=dict(backends or {}),
+        unit=unit,
+    )
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """What one pass over a trace's events sums: per operator kind, an accumulator
+    ``[count, total_ms, backend, category, sub, packed]``; the delegate and operator calls' time."""
+
+    ops: dict[str, list]
+    delegated_ms: float
+    non_delegated_ms: float
+    delegate_calls: int
+
+
+def _tally(
+    runs: Sequence[Run], classifier: Classifier, backends: Mapping[int, str] | None
+) -> _Tally:
+    """Sum ``runs``' events by operator kind. Each distinct name is classified once: a trace
+    repeats a few hundred names ~10^5 times."""
+    ops: dict[str, list] = {}
     entry_of: dict[str, list | None] = {}
     delegated_ms = non_delegated_ms = 0.0
     delegate_calls = 0
-    for run in kept:
+    for run in runs:
         for event in run.events:
             name = event.name
             try:
@@ -227,8 +260,16 @@ def profile(
                 delegate_calls += 1
             elif name == OPERATOR_CALL:
                 non_delegated_ms += ms
-    e2e = tuple(run.e2e_ms for run in kept)
-    mean_e2e = sum(e2e) / n
+    return _Tally(ops, delegated_ms, non_delegated_ms, delegate_calls)
+
+
+def _operators(
+    ops: Mapping[str, list], n: int, mean_e2e: float
+) -> tuple[list[OperatorStat], dict[str, float], dict[str, float]]:
+    """Each operator kind's statistics over ``n`` runs, slowest first, and the time per run of
+    each named category and subcategory they add up to."""
+    named_ms = dict.fromkeys(NAMED_CATEGORIES, 0.0)
+    sub_ms: dict[str, float] = {}
     operators = []
     for key, (count, total, backend, category, sub, packed) in ops.items():
         if category != OTHER:
@@ -251,21 +292,7 @@ def profile(
             )
         )
     operators.sort(key=lambda op: (-op.total_ms, op.name))
-    categories = {c: named_ms.get(c, 0.0) for c in NAMED_CATEGORIES}
-    categories[OTHER] = mean_e2e - sum(categories.values())
-    return Profile(
-        e2e_ms=e2e,
-        warmup=warmup,
-        latency=LatencyStats.of(e2e),
-        categories_ms={c: categories[c] for c in CATEGORIES},
-        subcategories_ms=dict(sorted(sub_ms.items())),
-        operators=tuple(operators),
-        delegated_ms=delegated_ms / n,
-        non_delegated_ms=non_delegated_ms / n,
-        delegate_calls_per_run=delegate_calls / n,
-        backends=dict(backends or {}),
-        unit=unit,
-    )
+    return operators, named_ms, sub_ms
 
 
 def _entry(name: str, backend: str, classifier: Classifier, ops: dict[str, list]) -> list | None:

@@ -272,27 +272,47 @@ def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
     """Each RunData block's profile events, in append order (allocation/debug events skipped).
 
     A generator, so a block's raw tuples are dropped once its events are built (half the peak
-    memory). The hot loop is written out by hand (no per-field helpers): it runs per event.
+    memory).
     """
     root = _root_table(data, where)
-    cache: dict[int, _Reader] = {}
-    event_cache: dict[int, _Reader] = {}
-    profile_cache: dict[int, _Reader] = {}
-    names: dict[bytes, str] = {}
-    id_texts: dict[int, str] = {}
-    u32, i32 = _U32, _I32
-    size = len(data)
-    events_left, string_bytes_left = size // MIN_EVENT_BYTES, size
-    for run_slot in _vector(data, root, _ETDUMP_FIELDS, cache):
-        run = run_slot + u32(data, run_slot)[0]
-        events: list[_RawEvent] = []
-        slots = _vector(data, run, _RUNDATA_FIELDS, cache)
-        events_left -= len(slots)
-        if events_left < 0:
-            raise _too_many(where, f"more events (1 per {MIN_EVENT_BYTES} bytes at most)")
+    reader = _BlockReader(data, where)
+    for run_slot in _vector(data, root, _ETDUMP_FIELDS, reader.cache):
+        yield reader.events(run_slot + _U32(data, run_slot)[0])
+
+
+class _BlockReader:
+    """Reads RunData blocks' events, with what carries from block to block: the compiled
+    readers per vtable, the names decoded once, and the budget of events and string bytes the
+    file's size allows (:func:`_too_many`)."""
+
+    def __init__(self, data: _Buffer, where: Path | str) -> None:
+        self.data, self.where, self.size = data, where, len(data)
+        self.cache: dict[int, _Reader] = {}
+        self.event_cache: dict[int, _Reader] = {}
+        self.profile_cache: dict[int, _Reader] = {}
+        self.names: dict[bytes, str] = {}
+        self.id_texts: dict[int, str] = {}
+        self.events_left, self.string_bytes_left = self.size // MIN_EVENT_BYTES, self.size
+
+    def _slots(self, run: int) -> tuple[range, tuple[int, ...]]:
+        """The block's event slots and their offsets, counted against the events budget."""
+        slots = _vector(self.data, run, _RUNDATA_FIELDS, self.cache)
+        self.events_left -= len(slots)
+        if self.events_left < 0:
+            raise _too_many(self.where, f"more events (1 per {MIN_EVENT_BYTES} bytes at most)")
         # All of the vector's uoffsets in one C call, instead of one unpack per event.
-        offsets = struct.unpack_from(f"<{len(slots)}I", data, slots.start) if slots else ()
-        for slot, rel in zip(slots, offsets, strict=True):
+        offsets = struct.unpack_from(f"<{len(slots)}I", self.data, slots.start) if slots else ()
+        return slots, offsets
+
+    def events(self, run: int) -> list[_RawEvent]:
+        """The block at ``run``'s profile events. The loop is written out by hand (no per-field
+        helpers, the state in locals): it runs per event."""
+        data, size, names, id_texts = self.data, self.size, self.names, self.id_texts
+        u32, i32 = _U32, _I32
+        event_cache, profile_cache = self.event_cache, self.profile_cache
+        string_bytes_left = self.string_bytes_left
+        events: list[_RawEvent] = []
+        for slot, rel in zip(*self._slots(run), strict=True):
             event = slot + rel
             vtable = event - i32(data, event)[0]
             unpack, pick, (offset,) = event_cache.get(vtable) or _reader(
@@ -326,7 +346,7 @@ def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
                 id_str, length = _text(data, pe + offsets_pe[3] + id_ref, names)
                 string_bytes_left -= length
             if string_bytes_left < 0:
-                raise _too_many(where, "longer strings")
+                raise _too_many(self.where, "longer strings")
             if id_int != -1:
                 id_text = id_texts.get(id_int)
                 if id_text is None:  # one str per distinct id, not one per event
@@ -338,7 +358,8 @@ def _read_blocks(data: _Buffer, where: Path | str) -> Iterator[list[_RawEvent]]:
                 events.append((name or id_str, start, end, True, id_str, instruction))
             else:
                 events.append((name or "<unnamed>", start, end, False, None, instruction))
-        yield events
+        self.string_bytes_left = string_bytes_left
+        return events
 
 
 def _build_trace(blocks: Iterable[list[_RawEvent]], path: Path | None, where: Path | str) -> Trace:

@@ -6,10 +6,11 @@ to the graph), the seeded example inputs the program is run on, the eager-PyTorc
 those inputs, and ``artifact.json``: versions, shapes, the quantizer and the linear layers it
 left in float, export-stage timings and the numerics.
 
-The stage is three modules along its seams: :mod:`pytest_sme2.export.key` (what the cache key
-hashes, and why not the model's source files), :mod:`pytest_sme2.export.recipes` (per dtype: the
-program model, the quantizer, lowering, the numerics reference) and :mod:`pytest_sme2.export.quiet`
-(the libraries' warnings and log records off); this one keeps the cache and the check.
+The stage is modules along its seams: :mod:`pytest_sme2.export.key` (what the cache key hashes,
+and why not the model's source files), :mod:`pytest_sme2.export.recipes` (per dtype: the program
+model, the quantizer, lowering, the numerics reference), :mod:`pytest_sme2.export.build` (one
+export built into its cache entry) and :mod:`pytest_sme2.export.quiet` (the libraries' warnings
+and log records off); this one keeps the cache and the check.
 
 A warm hit builds and traces the model, once per model and process (see
 :func:`pytest_sme2.export.key.program_fingerprint`); it never lowers: executorch is imported
@@ -24,8 +25,9 @@ Numerics are checked for real, as two numbers with two meanings
 - the *program error*: the ``.pte`` runs in the native runner (never the Python bindings, which
   crash) on the example inputs, and its outputs are compared with the eager model it was lowered
   from (the recipe's reference), on the very inputs the program received. A program that
-  disagrees beyond its dtype's :data:`TOLERANCES` (static int8: counted in output quantization
-  steps, :func:`pytest_sme2.export.recipes.output_steps`, and in the output's spread) — or returns
+  disagrees beyond its dtype's tolerance (:data:`pytest_sme2.analysis.tolerances.TOLERANCES`;
+  static int8: counted in output quantization steps,
+  :func:`pytest_sme2.export.recipes.output_steps`, and in the output's spread) — or returns
   any NaN/inf — raises :class:`NumericsError`; the entry stays cached with its errors, so a re-run
   raises again in milliseconds instead of re-exporting. Tolerances are applied when an entry is
   read, not baked into it, so changing them needs no re-export; an entry checked before the
@@ -52,8 +54,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
-import socket
 import tempfile
 import threading
 import time
@@ -61,7 +61,6 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,39 +76,24 @@ from pytest_sme2.analysis.numerics import (
     Numerics,
     OutputError,
     compare_outputs,
-    degenerate,
-    tolerance_for,
 )
+from pytest_sme2.analysis.tolerances import tolerance_for
 from pytest_sme2.cache import cache_root, cached_dir, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.export import failures as export_failures
+from pytest_sme2.export.build import MANIFEST_NAME, Stages, build_export
 from pytest_sme2.export.key import (
-    RECIPE_VERSION,
     artifact_key,
     keyed_by_its_build,
-    package_versions,
     take_built,
 )
 from pytest_sme2.export.provenance import provenance_shared
 from pytest_sme2.export.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.export.recipes import (
-    CALIBRATION_SEEDS,
-    EXAMPLE_SEED,
-    RECIPES,
-    Reference,
-    as_tensors,
-    lower,
     one_line,
-    state_kept,
-    to_executorch,
 )
 from pytest_sme2.export.registry import ModelSpec
-from pytest_sme2.runner.tensors import read_tensors, write_tensors
-
-MANIFEST_NAME = "artifact.json"
-INPUTS_NAME = "inputs.tensors"
-EXPECTED_OUTPUTS_NAME = "expected_outputs.tensors"
-MANIFEST_FORMAT = 2
+from pytest_sme2.runner.tensors import read_tensors
 
 
 @dataclass(frozen=True)
@@ -196,9 +180,9 @@ def export_model(
             def build(out: Path) -> None:
                 nonlocal running
                 running = work.enter_context(progress.task(f"export {spec.name}[{dtype}]"))
-                stages = _Stages(spec.name, dtype, running)
+                stages = Stages(spec.name, dtype, running)
                 with quiet_libraries(), _collections_paused(), provenance_shared():
-                    _on_fresh_stack(lambda: _build(spec, dtype, key, out, stages))
+                    _on_fresh_stack(lambda: build_export(spec, dtype, key, out, stages))
 
             cached_dir(directory, build)
             take_built(spec)  # a warm hit: the model built for its key is not needed
@@ -402,128 +386,3 @@ def _check_numerics(artifact: Artifact) -> Artifact:
         }
         write_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
     return _load(artifact.directory, model, dtype)
-
-
-class _Stages:
-    """Times export stages, says each on the export's progress ``task``, and turns any failure
-    inside one into an ExportError naming it."""
-
-    def __init__(self, model: str, dtype: str, task: progress.Task | None = None) -> None:
-        self.model, self.dtype, self.task = model, dtype, task
-        self.timings: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        if self.task is not None:
-            self.task.stage(name)
-        started = time.perf_counter()
-        try:
-            yield
-        except ExportError:
-            raise
-        except Exception as err:
-            raise ExportError(self.model, self.dtype, name, one_line(err)) from err
-        finally:
-            elapsed = time.perf_counter() - started
-            self.timings[name] = round(self.timings.get(name, 0.0) + elapsed, 3)
-
-
-def _build(spec: ModelSpec, dtype: str, key: str, out: Path, stages: _Stages) -> None:
-    """Export ``spec`` × ``dtype`` into the empty directory ``out`` (manifest last), by the
-    dtype's recipe (:mod:`pytest_sme2.export.recipes`)."""
-    recipe = RECIPES[dtype]
-    with stages.stage("build model"):
-        import torch
-
-        with torch.no_grad():
-            model = take_built(spec)
-            if model is None:  # keyed earlier, by an export of another dtype
-                model = spec.build()
-            example = as_tensors(spec.example_inputs(EXAMPLE_SEED), "inputs")
-            program_model, program_inputs = recipe.program(model, example)
-            fp32_inputs = tuple(t.float() if t.is_floating_point() else t for t in program_inputs)
-            with state_kept(model):
-                fp32_outputs = as_tensors(model(*fp32_inputs), "outputs")
-        eager = [t.float().numpy() for t in fp32_outputs]
-        if not all(torch.isfinite(t).all() for t in fp32_outputs):
-            raise ValueError(
-                f"eager fp32 PyTorch: {degenerate(eager)}: the model itself is broken; "
-                + DEGENERATE_ADVICE
-            )
-        reference = recipe.reference(
-            program_model, program_inputs, Reference("eager fp32 PyTorch", fp32_outputs)
-        )
-    calibration = (
-        [spec.example_inputs(seed) for seed in CALIBRATION_SEEDS] if recipe.calibrates else []
-    )
-    made = recipe.export(program_model, program_inputs, calibration, stages.stage)
-    exported, reference = made.program, made.reference or reference
-    with stages.stage("lower"):
-        edge = lower(exported)
-    with stages.stage("to_executorch"):
-        program = to_executorch(edge)
-
-    stem = f"{spec.name}_xnnpack_{dtype}"  # the reference kit's <model>_xnnpack_<dtype>.pte
-    files = {
-        "pte": f"{stem}.pte",
-        "etrecord": f"{stem}.etrecord",
-        "inputs": INPUTS_NAME,
-        "expected_outputs": EXPECTED_OUTPUTS_NAME,
-    }
-    with stages.stage("serialize"):
-        (out / files["pte"]).write_bytes(program.buffer)
-        write_tensors(out / INPUTS_NAME, [t.numpy() for t in program_inputs])
-        expected = [t.numpy() for t in reference.outputs]
-        write_tensors(out / EXPECTED_OUTPUTS_NAME, expected)
-        program_outputs = exported.graph.find_nodes(op="output")[0].args[0]
-    with stages.stage("etrecord"):
-        program.get_etrecord().save(str(out / files["etrecord"]))
-
-    manifest: dict[str, Any] = {
-        "format": MANIFEST_FORMAT,
-        "model": spec.name,
-        "params": dict(spec.params),
-        "dtype": dtype,
-        "key": key,
-        "recipe": RECIPE_VERSION,
-        "versions": package_versions(),
-        "files": files,
-        "pte_bytes": (out / files["pte"]).stat().st_size,
-        "inputs": [_describe(t) for t in program_inputs],
-        "outputs": [_describe(node.meta["val"]) for node in program_outputs],
-        "example_seed": EXAMPLE_SEED,
-        "calibration_seeds": list(CALIBRATION_SEEDS) if recipe.calibrates else [],
-        "quantizer": made.quantizer,
-        "skipped_linears": list(made.skipped),
-        "timings_s": stages.timings,
-        "reference": reference.what,
-        "output_steps": list(reference.steps or [None] * len(expected)),
-        "quantization": None
-        if reference.outputs is fp32_outputs
-        else {
-            "reference": f"{reference.what} vs eager fp32 PyTorch",
-            "outputs": [
-                e.to_json() for e in compare_outputs(expected, eager, what="eager fp32 PyTorch")
-            ],
-        },
-        "degenerate": _degenerate(eager, expected, reference.what),
-        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "exported_by": {"host": socket.gethostname(), "pid": os.getpid()},
-        "numerics": None,
-    }
-    write_atomic(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
-
-
-def _degenerate(eager: list[Any], reference: list[Any], what: str) -> str | None:
-    """Why the outputs a program is judged against are degenerate: eager fp32's first (the model
-    the user chose), else the reduced-precision model's (quantization that collapsed them)."""
-    found = degenerate(eager)
-    if found is not None:
-        return f"eager fp32 PyTorch: {found}"
-    found = degenerate(reference)
-    return None if found is None else f"{what}: {found}"
-
-
-def _describe(tensor: Any) -> dict[str, Any]:
-    """Shape and dtype of a tensor (or a fake tensor from the exported graph) for the manifest."""
-    return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}

@@ -457,7 +457,7 @@ def output_steps(graph_module: Any) -> tuple[float | None, ...]:
     dequantize of an int8 tensor, on the same grid as the converted model's. Where XNNPACK's
     integer requantization rounds an intermediate differently from the converted model's float
     arithmetic, the difference is a step there and, carried through the layers after, a few at
-    the output: why the int8 tolerance is counted in output steps (``numerics.TOLERANCES``).
+    the output: why the int8 tolerance is counted in output steps (``tolerances.TOLERANCES``).
     """
     import torch
 

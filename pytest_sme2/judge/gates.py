@@ -28,9 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pytest_sme2.analysis.kernels import layers_without_sme2
 from pytest_sme2.analysis.numerics import DEGENERATE_ADVICE, NO_REFERENCE
-from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import Profile
 from pytest_sme2.judge.baseline import (
     Baseline,
@@ -45,6 +43,7 @@ from pytest_sme2.judge.baseline import (
 )
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.load_gates import load_verdicts
+from pytest_sme2.judge.sme2_gate import sme2_kernels
 from pytest_sme2.judge.time_gates import (
     latency_gates,
     no_time_record,
@@ -80,7 +79,7 @@ def judge(
     verdicts: list[Verdict] = []
     verdicts += _share_limits(m, expectations)
     verdicts += _op_counts(m, expectations)
-    verdicts += _sme2_kernels(m, expectations)
+    verdicts += sme2_kernels(m, expectations)
     verdicts += speedup_gates(m, record, expectations, tolerances)
     verdicts += _instruction_ratio(m, now, baseline, expectations, tolerances)
     if baseline is not None:
@@ -172,98 +171,6 @@ def _op_counts(m: Measurement, exp: Expectations) -> list[Verdict]:
             )
         ]
     return [Verdict("op-counts", Status.PASS, "operator counts as expected")]
-
-
-#: The packed operand type XNNPACK names an operator with when SME kernels run it, per dtype.
-#: Dynamic int8 has none: its ``QP8`` operators are named alike on NEON.
-PACKED_TYPE: Mapping[str, str] = {"fp32": "PF32", "fp16": "PF16", "int8": "PQS8"}
-
-
-def _sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
-    """Did SME2 run with SME2 on, and nothing SME with it off?
-
-    Two proofs, each required where it exists: operator names packed for the dtype (``PF32``,
-    ``PF16``, ``PQS8``) in the SME2-on trace, and, where the device shows them (qemu's exec log,
-    XNNPACK's kernel log), executed SME2 kernels. Names alone cannot tell SME1 from SME2 and say
-    nothing for dynamic int8; kernels alone would miss a dtype whose operators fell back to NEON.
-    Where the device shows kernels per operator (qemu-sme2), every weight type of GEMM-like
-    layers must also have run one (:func:`pytest_sme2.analysis.kernels.layers_without_sme2`): an
-    SME2 kernel in an fp32 layer must not pass a case whose 8da4w layers all ran NEON.
-    """
-    if not exp.require_sme2_kernels:
-        return []
-    gate = "sme2-kernels"
-    if not m.device.has_sme2 or Variant.ON not in m.variants:
-        return [
-            Verdict(gate, Status.SKIP, m.device.limits.get("sme2", f"{m.device.name} has no SME2"))
-        ]
-    on, off = m.variants[Variant.ON], m.variants.get(Variant.OFF)
-    leaked = (
-        *(off.profile.packed_operators if off else ()),
-        *(off.evidence.sme2_kernels + off.evidence.sme_kernels if off and off.evidence else ()),
-    )
-    if leaked:
-        return [
-            Verdict(
-                gate,
-                Status.FAIL,
-                f"SME ran with SME2 off for {case_name(m)}: the off variant is not SME-free",
-                leaked,
-            )
-        ]
-    proofs = []
-    expected = PACKED_TYPE.get(m.dtype)
-    if expected is not None:
-        named = [n for n in on.profile.packed_operators if expected in parse_op_name(n).datatypes]
-        if not named:
-            return [
-                Verdict(
-                    gate,
-                    Status.FAIL,
-                    f"no packed {expected} operator ran with SME2 on for {case_name(m)}",
-                    on.profile.packed_operators,  # the packed operators that did run, if any
-                )
-            ]
-        proofs.append(f"{expected} operators ran: {', '.join(named)}")
-    if on.evidence is not None:
-        if on.evidence.operator_kernels:
-            missing = layers_without_sme2(
-                on.evidence.operator_kernels,
-                on.evidence.instructions
-                or sum(op.instructions for op in on.evidence.operator_kernels),
-            )
-            if missing:
-                # an SME2 kernel elsewhere (a PF32 layer beside 8da4w's QB4W ones) proves
-                # nothing for these layers
-                sentences = "; ".join(group.sentence(m.dtype) for group in missing)
-                return [Verdict(gate, Status.FAIL, f"{sentences} ({case_name(m)})")]
-        if not on.evidence.sme2_kernels:
-            only_sme1 = (
-                f"; only SME1 kernels ran: {', '.join(on.evidence.sme_kernels)}"
-                if on.evidence.sme_kernels
-                else ""
-            )
-            return [
-                Verdict(
-                    gate,
-                    Status.FAIL,
-                    f"no SME2 kernel executed with SME2 on for {case_name(m)} "
-                    f"({on.evidence.source}){only_sme1}",
-                )
-            ]
-        proofs.append(
-            f"SME2 kernels executed ({on.evidence.source}): {', '.join(on.evidence.sme2_kernels)}"
-        )
-    if not proofs:
-        return [
-            Verdict(
-                gate,
-                Status.SKIP,
-                f"operator names cannot prove SME2 for {m.dtype} (its QP8 GEMMs are named "
-                f"alike on NEON) and {m.device.name} shows no executed kernels",
-            )
-        ]
-    return [Verdict(gate, Status.PASS, "; ".join(proofs))]
 
 
 def _numerics(m: Measurement) -> list[Verdict]:

@@ -149,70 +149,79 @@ def quantities(tolerances: Tolerances | None = None) -> tuple[Quantity, ...]:
     from pytest_sme2.judge.baseline import Tolerances
 
     t = tolerances or Tolerances()
-    found: list[Quantity] = []
-    for variant in ("sme2-on", "sme2-off"):
-        found.append(
-            Quantity(
-                f"e2e {variant}",
-                f"E2E median ({variant})",
-                _e2e(variant),
-                True,
-                t.latency_percent / 100,
-                variant,
-            )
-        )
-        found.append(
-            Quantity(
-                f"instructions {variant}",
-                f"instructions ({variant})",
-                _instructions(variant),
-                True,
-                t.instruction_percent / 100,
-                variant,
-            )
-        )
-    for variant in ("sme2-on", "sme2-off"):
-        # load and memory, each with its gate's tolerance (load_gates): method init timed where
-        # time means something, counted where the device counts instructions (never both)
-        found += [
-            Quantity(
-                f"init-ms {variant}",
-                f"method init ms ({variant})",
-                _load(variant, lambda load: load.method_init_ms),
-                True,
-                t.init_time_percent / 100,
-            ),
-            Quantity(
-                f"init-instructions {variant}",
-                f"method init instructions ({variant})",
-                _load(variant, lambda load: load.init_instructions),
-                True,
-                t.instruction_percent / 100,
-            ),
-            Quantity(
-                f"planned {variant}",
-                f"planned memory MiB ({variant})",
-                _load(variant, lambda load: load.planned_bytes / MIB),
-                True,
-                t.instruction_percent / 100,
-            ),
-            Quantity(
-                f"peak-rss {variant}",
-                f"peak resident memory MiB ({variant})",
-                _load(
-                    variant,
-                    lambda load: None if load.peak_rss_bytes is None else load.peak_rss_bytes / MIB,
-                ),
-                True,
-                t.peak_rss_percent / 100,
-            ),
-        ]
+    found = [q for variant in VARIANTS for q in _work_quantities(variant, t)]
+    found += [q for variant in VARIANTS for q in _load_quantities(variant, t)]
     found.append(Quantity("speedup", "speedup", _speedup, True, t.speedup_percent / 100))
     found += [
         Quantity(f"share {c}", f"{c} share", _share(c), False, t.share_points, None)
         for c in CATEGORIES
     ]
     return tuple(found)
+
+
+#: The variants whose quantities the page draws, in its order.
+VARIANTS = ("sme2-on", "sme2-off")
+
+
+def _work_quantities(variant: str, t: Tolerances) -> list[Quantity]:
+    """A variant's inference: E2E time and instructions, with their gates' tolerances."""
+    return [
+        Quantity(
+            f"e2e {variant}",
+            f"E2E median ({variant})",
+            _e2e(variant),
+            True,
+            t.latency_percent / 100,
+            variant,
+        ),
+        Quantity(
+            f"instructions {variant}",
+            f"instructions ({variant})",
+            _instructions(variant),
+            True,
+            t.instruction_percent / 100,
+            variant,
+        ),
+    ]
+
+
+def _load_quantities(variant: str, t: Tolerances) -> list[Quantity]:
+    """A variant's load and memory, each with its gate's tolerance (load_gates): method init
+    timed where time means something, counted where the device counts instructions (never
+    both)."""
+    return [
+        Quantity(
+            f"init-ms {variant}",
+            f"method init ms ({variant})",
+            _load(variant, lambda load: load.method_init_ms),
+            True,
+            t.init_time_percent / 100,
+        ),
+        Quantity(
+            f"init-instructions {variant}",
+            f"method init instructions ({variant})",
+            _load(variant, lambda load: load.init_instructions),
+            True,
+            t.instruction_percent / 100,
+        ),
+        Quantity(
+            f"planned {variant}",
+            f"planned memory MiB ({variant})",
+            _load(variant, lambda load: load.planned_bytes / MIB),
+            True,
+            t.instruction_percent / 100,
+        ),
+        Quantity(
+            f"peak-rss {variant}",
+            f"peak resident memory MiB ({variant})",
+            _load(
+                variant,
+                lambda load: None if load.peak_rss_bytes is None else load.peak_rss_bytes / MIB,
+            ),
+            True,
+            t.peak_rss_percent / 100,
+        ),
+    ]
 
 
 @dataclass(frozen=True)

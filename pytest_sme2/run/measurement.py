@@ -9,8 +9,9 @@ and executed kernels, parity, the category overrides.
 
 What the record holds of a run is what the stages downstream read: latencies, the analysed
 profile, and the paths of the files the run left (ETDump, outputs). Runner logs and commands stay
-with the run; the trace is read back from the ETDump by the few places that lay out every event
-(timelines, Perfetto trace).
+with the run. The parsed trace, which the few places that lay out every event read (timelines,
+Perfetto trace), is kept on the record in memory where the measurement parsed it, and read back
+from the ETDump otherwise (a saved record, a counted run).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.analysis.kernel_names import ExecutedKernel
 from pytest_sme2.analysis.numerics import ExportNumerics, Numerics
 from pytest_sme2.analysis.profile import Comparison, Profile, compare
+from pytest_sme2.analysis.trace import Trace
 from pytest_sme2.run.devices.base import DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.run.disturbance import Disturbance
 
@@ -88,6 +90,11 @@ class VariantMeasurement:
     #: inference's ETDump re-timed in instructions (:mod:`pytest_sme2.run.modelled_etdump`), the one
     #: the kit's tools are given; ``etdump`` stays as the runner wrote it
     modelled_etdump: Path | None = None
+    #: the traced run's ETDump, parsed, where the measurement parsed it: kept in memory only
+    #: (neither saved nor compared) so the report and the ``sme2_trace`` fixture need not parse
+    #: it again; a record read back from JSON, or one whose profile came from a counted run, has
+    #: None and its ETDump is read from ``etdump``
+    trace: Trace | None = field(default=None, compare=False, repr=False)
 
     def to_json(self, base: Path) -> dict[str, Any]:
         return {

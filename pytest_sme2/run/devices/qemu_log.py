@@ -307,84 +307,18 @@ def _stream(
     and their file offset per library file name), each entry into one of the functions starts a
     call, found by its pc once the guest maps its library, and the first ``openat`` after the
     first call ends the calls (see :func:`count_calls`)."""
-    blocks: dict[int, _Block] = {}
-    whole = _Segment()
-    calls: list[_Counted] = []
-    call: _Call | None = None
-    segment: _Segment | None = None if markers else whole  # where Trace lines go; None: nowhere
-    fds: dict[int, str] = {}
-    mappings: dict[int, _Mapping] = {}
-    entries: dict[bytes, str] = {}  # "/<pc>/" of a marker's entry as Trace lines spell it
-    # per distinct Trace line, the marker it enters (None: none); a dict lookup, not a scan of
-    # ``entries``, per line: the scan was 60 % of the loop's time per Trace line
-    entering: dict[bytes, str | None] = {}
-    block_pc: int | None = None
-    block_symbol = ""
-    block_insns = block_sme = 0
     try:
         handle = log_path.open("rb", buffering=1 << 20)
     except OSError as err:
         raise TraceError(log_path, f"cannot read the qemu log ({err.strerror})") from err
+    files = _Files(markers or {})
+    whole = None if markers else _Segment()
     with handle:
-        for line in handle:
-            if line.startswith(b"Trace "):
-                entered = entering.get(line, _UNSEEN)
-                if entered is _UNSEEN:
-                    entered = next((name for at, name in entries.items() if at in line), None)
-                    entering[line] = entered
-                if entered is not None:
-                    if call is not None:
-                        calls.append(call.end(blocks))
-                    call = _Call(entered)
-                    segment = call.tail
-                if segment is not None:
-                    # the whole line: parsed once per distinct line, in fold()
-                    segment.pending[line] += 1
-            elif line.startswith(b"0x"):
-                colon = line.find(b":")
-                word = int(line[colon + 1 : colon + 13], 16)
-                if block_insns == 0:
-                    block_pc = int(line[2:colon], 16)
-                block_insns += 1
-                block_sme += is_sme(word)
-            elif line.startswith(b"IN:"):
-                block_symbol = line[3:].strip().decode(errors="replace")
-                block_pc, block_insns, block_sme = None, 0, 0
-            elif line == b"\n":
-                if block_pc is not None:
-                    block = _Block(block_insns, block_sme, block_symbol)
-                    old = blocks.get(block_pc)
-                    changed = old is not None and (old.insns, old.sme) != (block.insns, block.sme)
-                    if changed and segment is not None:
-                        segment.fold(blocks)  # executions so far used the old shape
-                    blocks[block_pc] = block
-                    block_pc, block_insns, block_sme = None, 0, 0
-            elif call is not None and _CLOCK.match(line):
-                value = _CLOCK_VALUE.search(line)
-                call.clock_read(blocks, int(value[1]) * 10**9 + int(value[2]) if value else None)
-                segment = call.tail
-            elif match := _OPENAT.match(line.rstrip(b"\n")):
-                if call is not None:
-                    _drain(handle)
-                    break  # the inference loop is over
-                fds[int(match[2])] = match[1].decode(errors="replace").rsplit("/", 1)[-1]
-            elif match := _CLOSE.match(line.rstrip(b"\n")):
-                fds.pop(int(match[1]), None)
-            elif (match := _MMAP.match(line.rstrip(b"\n"))) and b"PROT_EXEC" in match[2]:
-                fd = int(match[3])
-                if fd in fds:
-                    start, offset = int(match[5], 16), int(match[4], 0)
-                    mapping = _Mapping(start, start + int(match[1]), fds[fd], offset)
-                    mappings[start] = mapping
-                    for name, offsets in (markers or {}).items():
-                        at = offsets.get(mapping.name)
-                        if at is not None and offset <= at < offset + mapping.end - start:
-                            entries[b"/%016x/" % (start + at - offset)] = name
-                            entering.clear()  # lines seen before may enter it now
-    if markers:
-        if call is None:
-            raise TraceError(log_path, f"{' nor '.join(markers)} never ran in the logged run")
-        calls.append(call.end(blocks))
+        blocks, calls, last = _scan(handle, files, whole)
+    if whole is None:
+        if last is None:
+            raise TraceError(log_path, f"{' nor '.join(files.markers)} never ran in the logged run")
+        calls.append(last.end(blocks))
     else:
         whole.fold(blocks)
         calls.append(("", whole, (), ()))
@@ -392,8 +326,113 @@ def _stream(
         raise TraceError(
             log_path, f"no executed blocks in the qemu log: run qemu with -d {QEMU_LOG_FLAGS}"
         )
-    ordered = sorted(mappings.values(), key=lambda m: m.start)
+    ordered = sorted(files.mappings.values(), key=lambda m: m.start)
     return [_attribute(call, blocks, ordered, tables) for call in calls]
+
+
+def _scan(
+    handle: BinaryIO, files: _Files, whole: _Segment | None
+) -> tuple[dict[int, _Block], list[_Counted], _Call | None]:
+    """The loop over the log's lines: the blocks by pc, the calls ended, the call still open.
+    ``whole`` is where every ``Trace`` line goes when no call is looked for (None: calls).
+
+    The lines that come by the million (``Trace``, instructions, block ends) are handled here,
+    inline: a method call per line would cost more than the rest of the line's work; the
+    system calls, a few hundred, by ``files``."""
+    blocks: dict[int, _Block] = {}
+    calls: list[_Counted] = []
+    call: _Call | None = None
+    segment = whole  # where Trace lines go; None: nowhere
+    entering = files.entering
+    block_pc: int | None = None
+    block_symbol = ""
+    block_insns = block_sme = 0
+    for line in handle:
+        if line.startswith(b"Trace "):
+            entered = entering.get(line, _UNSEEN)
+            if entered is _UNSEEN:
+                entered = entering[line] = files.entered(line)
+            if entered is not None:
+                if call is not None:
+                    calls.append(call.end(blocks))
+                call = _Call(entered)
+                segment = call.tail
+            if segment is not None:
+                # the whole line: parsed once per distinct line, in fold()
+                segment.pending[line] += 1
+        elif line.startswith(b"0x"):
+            colon = line.find(b":")
+            word = int(line[colon + 1 : colon + 13], 16)
+            if block_insns == 0:
+                block_pc = int(line[2:colon], 16)
+            block_insns += 1
+            block_sme += is_sme(word)
+        elif line.startswith(b"IN:"):
+            block_symbol = line[3:].strip().decode(errors="replace")
+            block_pc, block_insns, block_sme = None, 0, 0
+        elif line == b"\n":
+            if block_pc is not None:
+                block = _Block(block_insns, block_sme, block_symbol)
+                old = blocks.get(block_pc)
+                changed = old is not None and (old.insns, old.sme) != (block.insns, block.sme)
+                if changed and segment is not None:
+                    segment.fold(blocks)  # executions so far used the old shape
+                blocks[block_pc] = block
+                block_pc, block_insns, block_sme = None, 0, 0
+        elif call is not None and _CLOCK.match(line):
+            value = _CLOCK_VALUE.search(line)
+            call.clock_read(blocks, int(value[1]) * 10**9 + int(value[2]) if value else None)
+            segment = call.tail
+        elif files.see(line.rstrip(b"\n"), calling=call is not None):
+            _drain(handle)
+            break  # the inference loop is over
+    return blocks, calls, call
+
+
+class _Files:
+    """What the guest's system calls tell: the files it opened (by descriptor), where it mapped
+    their code, and so at which pc each marker function is entered.
+
+    ``entering`` caches, per distinct ``Trace`` line, the marker it enters (None: none): a dict
+    lookup, not a scan of ``entries``, per line (the scan was 60 % of the loop's time per
+    ``Trace`` line); it is cleared when a mapping makes a new entry known.
+    """
+
+    def __init__(self, markers: Mapping[str, Mapping[str, int]]) -> None:
+        self.markers = markers
+        self.fds: dict[int, str] = {}
+        self.mappings: dict[int, _Mapping] = {}
+        self.entries: dict[bytes, str] = {}  # "/<pc>/" of a marker's entry as Trace lines spell it
+        self.entering: dict[bytes, str | None] = {}
+
+    def entered(self, line: bytes) -> str | None:
+        """The marker function a ``Trace`` line enters, if any."""
+        return next((name for at, name in self.entries.items() if at in line), None)
+
+    def see(self, line: bytes, *, calling: bool) -> bool:
+        """Take in a system call's line (without its newline); True when it is an ``openat``
+        while ``calling`` (a call was entered): the inference loop is over."""
+        if match := _OPENAT.match(line):
+            if calling:
+                return True
+            self.fds[int(match[2])] = match[1].decode(errors="replace").rsplit("/", 1)[-1]
+        elif match := _CLOSE.match(line):
+            self.fds.pop(int(match[1]), None)
+        elif (match := _MMAP.match(line)) and b"PROT_EXEC" in match[2]:
+            fd = int(match[3])
+            if fd in self.fds:
+                self._mapped(int(match[5], 16), int(match[1]), self.fds[fd], int(match[4], 0))
+        return False
+
+    def _mapped(self, start: int, size: int, name: str, offset: int) -> None:
+        """A file's code mapped at ``start``: the entries of the markers it holds are known."""
+        mapping = _Mapping(start, start + size, name, offset)
+        self.mappings[start] = mapping
+        for function, offsets in self.markers.items():
+            at = offsets.get(name)
+            if at is not None and offset <= at < offset + size:
+                self.entries[b"/%016x/" % (start + at - offset)] = function
+                self.entering.clear()  # lines seen before may enter it now
 
 
 _UNSEEN = "<unseen>"  # not a function name (no ELF symbol has "<")
