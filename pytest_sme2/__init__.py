@@ -5,7 +5,7 @@ analysis → baseline (judgement) → report — joined by frozen dataclasses. T
 re-exports what a user's conftest needs; importing it must stay cheap (no torch, no executorch).
 """
 
-from pytest_sme2.analysis.numerics import Tolerance
+from pytest_sme2.analysis.tolerances import Tolerance
 from pytest_sme2.export.program_files import register_program
 from pytest_sme2.export.registry import ModelSpec, register_model
 

@@ -265,9 +265,7 @@ def sme2_comparison(sme2_measurement: Measurement) -> Comparison:
 @pytest.fixture
 def sme2_trace(sme2_measurement: Measurement) -> Trace:
     """The parsed ETDump of the headline variant (SME2-on where measured, else SME2-off)."""
-    from pytest_sme2.analysis.trace import read_etdump
-
-    return read_etdump(sme2_measurement.variants[sme2_measurement.headline].etdump)
+    return sme2_measurement.variants[sme2_measurement.headline].parsed_trace()
 
 
 @pytest.fixture

@@ -30,9 +30,6 @@ from typing import Any
 import numpy as np
 
 from pytest_sme2.analysis.tolerances import Tolerance
-from pytest_sme2.analysis.tolerances import (
-    tolerance_for as tolerance_for,  # export.program_files imports it from here
-)
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ from pytest_sme2.analysis.numerics import (
     Tolerance,
     compare_outputs,
     degenerate,
-    tolerance_for,
 )
+from pytest_sme2.analysis.tolerances import tolerance_for
 from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, ProgramError, RunnerError
 from pytest_sme2.export.exporter import MANIFEST_NAME, Artifact
@@ -123,7 +123,7 @@ def register_program(
 
     ``inputs(seed)`` returns its inputs (torch tensors or numpy arrays). ``expected_outputs``
     (tensors or arrays, or a function of the seed returning them) are what its outputs must
-    match within ``tolerance`` (default: the ``dtype`` label's, ``numerics.tolerance_for``), as
+    match within ``tolerance`` (default: the ``dtype`` label's, ``tolerances.tolerance_for``), as
     SME2-on outputs must match SME2-off; without them its numbers are "not judged". ``dtype`` is
     a label, any name (``8da8w``): the case is ``<name>-<dtype>``, and a known dtype's SME2 proof
     applies (``fp32``: PF32 operators). Call it once per dtype to give one name several programs

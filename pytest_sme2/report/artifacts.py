@@ -333,7 +333,7 @@ def _write_variant(
     if not vm.etdump.is_file():
         return f
     _link_or_copy(vm.etdump, f.etdump)
-    trace = read_etdump(f.etdump)
+    trace = vm.parsed_trace()
     backends = vm.profile.backends
     _write_csv(f.timeline_all, timeline_frame(trace, prefix, backends=backends))
     _write_csv(f.timeline_run0, timeline_frame(trace, prefix, trace.runs[:1], backends))

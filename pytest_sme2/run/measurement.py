@@ -26,7 +26,7 @@ from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.analysis.kernel_names import ExecutedKernel
 from pytest_sme2.analysis.numerics import ExportNumerics, Numerics
 from pytest_sme2.analysis.profile import Comparison, Profile, compare
-from pytest_sme2.analysis.trace import Trace
+from pytest_sme2.analysis.trace import Trace, read_etdump
 from pytest_sme2.run.devices.base import DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.run.disturbance import Disturbance
 
@@ -95,6 +95,10 @@ class VariantMeasurement:
     #: it again; a record read back from JSON, or one whose profile came from a counted run, has
     #: None and its ETDump is read from ``etdump``
     trace: Trace | None = field(default=None, compare=False, repr=False)
+
+    def parsed_trace(self) -> Trace:
+        """The variant's ETDump as a Trace: the one measure parsed, else read from the file."""
+        return self.trace if self.trace is not None else read_etdump(self.etdump)
 
     def to_json(self, base: Path) -> dict[str, Any]:
         return {
