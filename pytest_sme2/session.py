@@ -360,11 +360,14 @@ class CaseMeasure:
 
     def _measure(self, label: str) -> Measurement:
         from pytest_sme2.export.program_files import ProgramSpec
+        from pytest_sme2.quiet import quiet_libraries
         from pytest_sme2.run.measure import measure
 
         case, artifact, settings = self.case, self.artifact, self.settings
         program = case.model
-        with self.fleet.using(case.device):  # a lost device fails its remaining cases
+        # a lost device fails its remaining cases; executorch's deprecations (re-timing an
+        # ETDump) are logged, not put in the user's warnings summary
+        with self.fleet.using(case.device), quiet_libraries():
             return measure(
                 self.device,
                 model=program.name,

@@ -28,8 +28,8 @@ import pytest
 torch = pytest.importorskip("torch")
 executorch = pytest.importorskip("executorch")
 
+from pytest_sme2 import quiet  # noqa: E402
 from pytest_sme2.export import key as program_key  # noqa: E402
-from pytest_sme2.export import quiet  # noqa: E402
 from pytest_sme2.export.exporter import export_model  # noqa: E402
 from pytest_sme2.export.key import artifact_key, program_fingerprint  # noqa: E402
 from pytest_sme2.export.registry import ModelSpec  # noqa: E402

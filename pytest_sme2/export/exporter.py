@@ -9,7 +9,7 @@ left in float, export-stage timings and the numerics.
 The stage is modules along its seams: :mod:`pytest_sme2.export.key` (what the cache key hashes,
 and why not the model's source files), :mod:`pytest_sme2.export.recipes` (per dtype: the program
 model, the quantizer, lowering, the numerics reference), :mod:`pytest_sme2.export.build` (one
-export built into its cache entry) and :mod:`pytest_sme2.export.quiet` (the libraries' warnings
+export built into its cache entry) and :mod:`pytest_sme2.quiet` (the libraries' warnings
 and log records off); this one keeps the cache and the check.
 
 A warm hit builds and traces the model, once per model and process (see
@@ -88,11 +88,11 @@ from pytest_sme2.export.key import (
     take_built,
 )
 from pytest_sme2.export.provenance import provenance_shared
-from pytest_sme2.export.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.export.recipes import (
     one_line,
 )
 from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.runner.tensors import read_tensors
 
 

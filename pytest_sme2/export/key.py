@@ -20,9 +20,9 @@ from operator import attrgetter
 from typing import Any
 
 from pytest_sme2.cache import content_key
-from pytest_sme2.export.quiet import quiet_libraries
 from pytest_sme2.export.recipes import CALIBRATION_SEEDS, EXAMPLE_SEED, as_tensors
 from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.quiet import quiet_libraries
 
 #: Bump when the export recipe changes in a way that changes programs (invalidates every entry).
 #: 2: the program is checked against the eager model it was lowered from (int8: the converted

@@ -24,8 +24,8 @@ from typing import Any
 from pytest_sme2.errors import ExportError, NumericsError
 from pytest_sme2.export.exporter import _FAILURES, artifact_dir, export_model, settled
 from pytest_sme2.export.key import traced_size
-from pytest_sme2.export.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 
 
 def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> None:

@@ -50,6 +50,7 @@ from pytest_sme2.export.exporter import MANIFEST_NAME, Artifact
 from pytest_sme2.export.key import package_versions
 from pytest_sme2.export.recipes import EXAMPLE_SEED
 from pytest_sme2.export.registry import registered_models
+from pytest_sme2.quiet import quiet_libraries
 from pytest_sme2.runner.tensors import encode_tensors, read_tensors
 
 #: The seed a program's inputs (and callable expected outputs) are made with.
@@ -184,7 +185,14 @@ program's cases on several devices or thread counts are checked once)."""
 
 def prepare_program(spec: ProgramSpec, *, cache_dir: Path | None = None) -> Artifact:
     """The checked artifact of ``spec``: its inputs (and expected outputs) written to the cache,
-    the program run once in the host runner. ProgramError, in one line, when it cannot be gated."""
+    the program run once in the host runner. ProgramError, in one line, when it cannot be gated.
+    The libraries' warnings on the way (torch, executorch, torchao) are logged, not raised into
+    the user's summary; the user's own inputs function's are."""
+    with quiet_libraries():
+        return _prepared(spec, cache_dir)
+
+
+def _prepared(spec: ProgramSpec, cache_dir: Path | None) -> Artifact:
     arrays = _arrays(spec, spec.inputs(PROGRAM_SEED), "inputs")
     expected = _expected(spec)
     inputs_bytes = encode_tensors(arrays)

@@ -1,8 +1,12 @@
-"""Library noise off during exports: torch, executorch and torchao's own warnings and log records.
+"""Library noise off in the plugin's own calls: torch, executorch and torchao's warnings and log
+records, while it keys, exports, checks and measures a user's programs.
 
-Why a module of its own: every stage that runs those libraries (keying a model, exporting it,
-quantizing it) needs the same silence, and what counts as theirs is subtle enough (a warning is
-attributed by its issuing frame, not its module pattern) to want one home.
+Why a module of its own, shared by every stage: every stage that runs those libraries (keying a
+model, exporting it, quantizing it, re-timing an ETDump, checking a program) needs the same
+silence, and what counts as theirs is subtle enough (a warning is attributed by its issuing
+frame, not its module pattern) to want one home. What is kept out of the user's warnings summary
+is not lost: each such warning is logged once per block on :data:`LOG` (``pytest_sme2.libraries``,
+INFO), which pytest captures into the test's log.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ QUIET_LIBRARIES: tuple[str, ...] = ("torch", "executorch", "torchao")
 #: Whose log records below ERROR an export drops (see :func:`quiet_log_records`): those
 #: libraries', and the file locks' that keep concurrent exports apart.
 QUIET_LOGGERS: tuple[str, ...] = (*QUIET_LIBRARIES, "filelock")
+#: Where a library warning kept out of the user's summary is recorded instead.
+LOG = logging.getLogger("pytest_sme2.libraries")
 
 
 @contextmanager
@@ -44,6 +50,7 @@ def quiet_libraries() -> Iterator[None]:
     (:func:`quiet_log_records`).
     """
     kept: dict[tuple[Any, ...], tuple[warnings.WarningMessage, str | None]] = {}
+    logged: set[tuple[Any, ...]] = set()
 
     def collect(
         message: Warning | str,
@@ -54,7 +61,12 @@ def quiet_libraries() -> Iterator[None]:
         line: str | None = None,
     ) -> None:
         issuer = sys._getframe(1)
-        if not _issued_by_libraries(issuer):
+        if _issued_by_libraries(issuer):
+            key = (category, str(message), filename, lineno)
+            if key not in logged:
+                logged.add(key)
+                LOG.info("%s: %s (%s:%d)", category.__name__, message, filename, lineno)
+        else:
             warning = warnings.WarningMessage(message, category, filename, lineno, file, line)
             # The module it is attributed to, for the caller's module-pattern filters.
             frames = (f for f in _frames(issuer) if f.f_code.co_filename == filename)
