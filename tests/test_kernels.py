@@ -18,6 +18,7 @@ from pytest_sme2.analysis.kernel_names import (
     Isa,
     describe_kernel,
     kernel_isa,
+    readable,
 )
 from pytest_sme2.analysis.kernels import (
     COMPUTE,
@@ -233,3 +234,33 @@ def test_no_example_recorded_on_qemu_sme2_has_a_weight_type_without_sme2(path: P
     assert on["operator_sme2_kernels"], "recorded before kernels per operator: nothing to judge"
     without = layers_without_sme2(operators, on["instructions"])
     assert (without == ()) == required, without
+
+
+@pytest.mark.parametrize(
+    ("symbol", "shown"),
+    [
+        # what tiny_llama_decode's expand_copy ran on qemu-sme2 (ExecuTorch 1.5.1's portable ops)
+        (
+            "_ZN5torch8executor13repeat_tensorERKN10executorch7runtime7etensor6TensorENS2_8Array"
+            "RefIlEERS4_",
+            "torch::executor::repeat_tensor(…)",
+        ),
+        (
+            "_ZNK10executorch7runtime7etensor10TensorImpl12element_sizeEv",
+            "executorch::runtime::etensor::TensorImpl::element_size() const",
+        ),
+        ("_ZNSt6vectorIiSaIiEE9push_backERKi", "std::vector<…>::push_back(…)"),
+        ("xnn_f32_gemm_minmax_ukernel_4x8__neonfma", "xnn_f32_gemm_minmax_ukernel_4x8__neonfma"),
+        ("[libexecutorch.so]", "[libexecutorch.so]"),
+        ("_Znot_a_symbol", "_Znot_a_symbol"),
+    ],
+)
+def test_symbols_read_as_a_person_reads_them(symbol: str, shown: str) -> None:
+    assert readable(symbol) == shown
+
+
+def test_kernels_csv_names_cpp_functions_demangled() -> None:
+    mangled = "_ZN5torch8executor13repeat_tensorERKN10executorch7runtime7etensor6TensorENS2_8Array"
+    mangled += "RefIlEERS4_"
+    frame = kernels_frame("m", [ExecutedKernel(mangled, 3, instructions=10)])
+    assert list(frame["kernel_name"]) == ["torch::executor::repeat_tensor(…)"]

@@ -111,7 +111,7 @@ class KernelUse:
         """This kernel as a row of the reference kit's ``kernels.csv`` (``category``: the kind)."""
         return {
             "model_id": model_id,
-            "kernel_name": self.name,
+            "kernel_name": readable(self.name),
             "category": self.kind,
             "count": self.count,
             "dtype": self.dtype,
@@ -197,3 +197,48 @@ def unnamed_code(library: str) -> str:
 def is_unnamed_code(function: str) -> bool:
     """Whether an ``interval_functions`` key is :func:`unnamed_code` rather than a symbol."""
     return function.startswith("[") and function.endswith("]")
+
+
+#: Longest a readable symbol grows before its middle is elided.
+READABLE_LENGTH = 120
+
+
+def readable(symbol: str) -> str:
+    """``symbol`` as a person reads it: a C++ name demangled (by libstdc++'s own demangler, through
+    the ``cxxfilt`` package), its template arguments and parameter lists shortened to ``<…>`` and
+    ``(…)`` where they would hide the function's name, e.g.
+    ``_ZN5torch8executor13repeat_tensorERKN10…`` → ``torch::executor::repeat_tensor(…)``. C names
+    (XNNPACK's ``xnn_…``, KleidiAI's ``kai_…``) and :func:`unnamed_code` keys are returned as
+    they are. Only for display: gates, baselines and stored counts keep the symbol itself."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    import cxxfilt  # deferred: only reports of C++ symbols need it
+
+    try:
+        name = cxxfilt.demangle(symbol)
+    except cxxfilt.Error:  # not a valid mangled name after all: show it as it is
+        return symbol
+    name = _elide_nested(_elide_nested(name, "<", ">", "<…>"), "(", ")", "(…)")
+    if len(name) > READABLE_LENGTH:
+        half = (READABLE_LENGTH - 1) // 2
+        name = f"{name[:half]}…{name[-half:]}"
+    return name
+
+
+def _elide_nested(text: str, open_: str, close: str, elided: str) -> str:
+    """``text`` with every outermost non-empty ``open_ … close`` group replaced by ``elided``
+    (``operator()`` and ``operator<`` keep their own brackets)."""
+    out, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char == open_ and not text[:index].endswith("operator"):
+            if depth == 0:
+                out.append(text[start:index])
+                start = index
+            depth += 1
+        elif char == close and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(elided if index > start + 1 else text[start : index + 1])
+                start = index + 1
+    out.append(text[start:])
+    return "".join(out)

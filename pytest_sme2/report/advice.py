@@ -10,6 +10,7 @@ layers_without_sme2`), so a report cannot say less than the gate did.
 from __future__ import annotations
 
 from pytest_sme2.analysis.categories import CONVOLUTION, DATA_MOVEMENT, ELEMENTWISE, GEMM
+from pytest_sme2.analysis.kernel_names import readable
 from pytest_sme2.analysis.kernels import (
     BOTTLENECK_SHARE,
     PACKING,
@@ -200,7 +201,7 @@ def _packing_sentence(op: OperatorStat, functions: dict[str, int]) -> list[str]:
     share = sum(packing.values()) / total if total else 0.0
     if share < PACKING_SHARE:
         return []
-    names = ", ".join(n for n, c in packing.items() if c >= BOTTLENECK_SHARE * total)
+    names = ", ".join(readable(n) for n, c in packing.items() if c >= BOTTLENECK_SHARE * total)
     why = (
         " Dynamic int8 quantizes every input at run time; static int8 quantizes ahead of time."
         if "quant" in names

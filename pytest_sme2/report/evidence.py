@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pytest_sme2.analysis.kernel_names import readable
 from pytest_sme2.analysis.kernels import ROLES, kernel_role, kernels_by_kind
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.report.format import Table, ordered_variants, pct
@@ -99,7 +100,7 @@ def kernel_table(m: Measurement) -> Table | None:
             rows.append(
                 (
                     "",
-                    name,
+                    readable(name),
                     kernel_role(name),
                     *(_share_of(f, [name]) if name in f else "—" for f in per_variant),
                 )
