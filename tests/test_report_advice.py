@@ -126,3 +126,80 @@ def test_dominant_non_delegated_operators_lead_the_delegation_view() -> None:
     assert page.index("52.0% of E2E (sme2-off)") < page.index("delegate calls/run")
     # all delegated: nothing to lead with
     assert content.non_delegated_headline(measurement(HOST)) is None
+
+
+#: A decode step as ExecuTorch lowers it without the custom SDPA: its Data Movement is the cache
+#: write and GQA's K/V repeat, its Elementwise the mask (ms per run)
+DECODER_OPS = (
+    ("Fully Connected (NC, PF32) GEMM", 1.0),
+    ("native_call_expand_copy.out", 1.2),
+    ("native_call_index_put.out", 0.5),
+    ("native_call_where.self_out", 0.9),
+    ("native_call_eq.Scalar_out", 0.4),
+    ("Transpose (ND, X32)", 0.05),
+)
+
+
+def mixed_trace(ops: tuple[tuple[str, float], ...], runs: int = 3) -> Trace:
+    """``runs`` runs of one delegate call holding the XNNPACK ``ops``, then each
+    ``native_call_*`` one under its own ``OPERATOR_CALL``, as ExecuTorch traces a program that
+    XNNPACK took in part (ms per run)."""
+    built = []
+    for index in range(runs):
+        t, events = 0.5, [Event("Method::execute", 0, 0, -1, 0, False, None, -1)]
+        delegated = [(n, d) for n, d in ops if not n.startswith("native_call_")]
+        events.append(Event("DELEGATE_CALL", int(t * MS), 0, 0, 1, False, None, 0))
+        for number, (name, ms) in enumerate(delegated, start=1):
+            events.append(
+                Event(f"{name} #{number}", int(t * MS), int((t + ms) * MS), 1, 2, True, "0", -1)
+            )
+            t += ms
+        events[1] = events[1]._replace(end_ns=int(t * MS))
+        for name, ms in ops:
+            if name.startswith("native_call_"):
+                call = len(events)
+                events.append(
+                    Event("OPERATOR_CALL", int(t * MS), int((t + ms) * MS), 0, 1, False, None, 0)
+                )
+                events.append(Event(name, int(t * MS), int((t + ms) * MS), call, 2, False, None, 0))
+                t += ms
+        events[0] = events[0]._replace(end_ns=int((t + 0.5) * MS))
+        built.append(Run(index=index, e2e_ns=events[0].end_ns, events=tuple(events)))
+    return Trace(path=None, runs=tuple(built), setup_events=())
+
+
+def _with_ops(m: Measurement, ops: tuple[tuple[str, float], ...]) -> Measurement:
+    variants = {v: replace(vm, profile=profile(mixed_trace(ops))) for v, vm in m.variants.items()}
+    return replace(m, variants=variants)
+
+
+def test_a_decoders_data_movement_and_mask_are_told_as_what_they_are() -> None:
+    m = replace(_with_ops(measurement(), DECODER_OPS), tokens=1)
+    said = advice.recommendations(m)
+    text = " ".join(said)
+    assert "Layout churn" not in text and "channels-last" not in text
+    assert "fuse activations" not in text
+    (data_movement,) = [s for s in said if s.startswith("Data Movement is")]
+    assert "native_call_expand_copy.out ×1 (" in data_movement
+    assert "a repeat of the key/value heads" in data_movement
+    assert (
+        "native_call_index_put.out ×1 (" in data_movement and "the KV-cache write" in data_movement
+    )
+    assert "model.use_sdpa_with_kv_cache=True" in data_movement
+    assert "--use_custom_sdpa --use_custom_kv_cache" in data_movement
+    (elementwise,) = [s for s in said if s.startswith("Elementwise is")]
+    assert "native_call_where.self_out" in elementwise and "attention mask" in elementwise
+
+
+def test_a_vision_models_broadcast_copy_is_no_kv_repeat_and_its_transposes_are_layout() -> None:
+    vision = (
+        ("Convolution (NHWC, PF32) IGEMM", 1.0),
+        ("native_call_expand_copy.out", 1.0),
+        ("Transpose (ND, X32)", 0.1),
+    )
+    said = " ".join(advice.recommendations(_with_ops(measurement(), vision)))
+    assert "a tensor copied out to a broadcast shape" in said
+    assert "key/value" not in said and "custom SDPA" not in said
+    layout = (("Convolution (NHWC, PF32) IGEMM", 1.0), ("Transpose (ND, X32)", 0.6))
+    said = " ".join(advice.recommendations(_with_ops(measurement(), layout)))
+    assert "Layout churn: Data Movement is" in said and "channels-last" in said

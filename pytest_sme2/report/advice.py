@@ -20,11 +20,31 @@ from pytest_sme2.analysis.kernels import (
     layers_without_sme2,
     ran_sme2,
 )
-from pytest_sme2.analysis.profile import OTHER, OperatorStat
+from pytest_sme2.analysis.profile import OTHER, OperatorStat, Profile
+from pytest_sme2.analysis.roles import (
+    BROADCAST,
+    CACHE_WRITE,
+    CAST,
+    KV_REPEAT,
+    LAYOUT,
+    MASK,
+    ROLE_TEXT,
+    SOFTMAX,
+    is_decoder,
+    operator_role,
+)
 from pytest_sme2.report.content import non_delegated
 from pytest_sme2.report.format import ms, pct, ratio
 from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.run.measurement import Measurement
+
+#: What removes an attention's mask, softmax guard, K/V repeat and cache write from the graph.
+_CUSTOM_SDPA = (
+    "Exporting attention with ExecuTorch's custom SDPA and KV-cache operators (export_llm's "
+    "model.use_sdpa_with_kv_cache=True; optimum-executorch's --use_custom_sdpa "
+    "--use_custom_kv_cache) runs the mask, the softmax, the K/V repeat and the cache write "
+    "inside llama::custom_sdpa and llama::update_cache."
+)
 
 #: An SME2 operator spending at least this part of its instructions packing its input is worth a
 #: sentence: its matmul got cheap, the packing did not (an int8-dynamic fully connected layer on
@@ -36,7 +56,7 @@ def recommendations(m: Measurement) -> list[str]:
     """Advice derived from the numbers, each sentence carrying the numbers that triggered it."""
     advice = [
         line
-        for line in (_layout_churn(m), _outside_delegate(m), _split_graph(m))
+        for line in (_data_movement(m), _outside_delegate(m), _split_graph(m))
         if line is not None
     ]
     advice += sme2_path_advice(m)
@@ -47,8 +67,10 @@ def recommendations(m: Measurement) -> list[str]:
     return advice or ["Nothing stands out: no category or operator crosses the thresholds above."]
 
 
-def _layout_churn(m: Measurement) -> str | None:
-    """Data Movement above 15 % of E2E, or transposes run often enough to be a bottleneck."""
+def _data_movement(m: Measurement) -> str | None:
+    """Data Movement above 15 % of E2E, or transposes run often enough to be a bottleneck: layout
+    advice where transposes are the bulk of it, else what its operators are doing (a decoder's
+    cache write and K/V repeat are not layout churn)."""
     variant = m.headline
     prof = m.variants[variant].profile
     shares = prof.shares
@@ -61,6 +83,9 @@ def _layout_churn(m: Measurement) -> str | None:
         transposes_per_run < 4 or transpose_share < BOTTLENECK_SHARE
     ):
         return None
+    if transpose_share < shares[DATA_MOVEMENT] / 2:
+        head = f"Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant})"
+        return _by_role(head, dm_ops, per_run, _decoder(m))
     top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
     return (
         f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
@@ -68,6 +93,46 @@ def _layout_churn(m: Measurement) -> str | None:
         "tensors in one layout end to end (channels-last / NHWC), fold permutes into the "
         "neighbouring operators and avoid reshape↔permute chains around attention."
     )
+
+
+#: What removes the operators of each role, where an exporter option or a change does.
+_REMEDIES = {
+    CACHE_WRITE: _CUSTOM_SDPA,
+    KV_REPEAT: _CUSTOM_SDPA,
+    BROADCAST: "Let the consuming operator broadcast instead of materialising the copy "
+    "(XNNPACK's binary and batch-matmul operators broadcast).",
+    MASK: _CUSTOM_SDPA,
+    SOFTMAX: _CUSTOM_SDPA,
+    CAST: "Casts surround operators XNNPACK does not run in this dtype: make those delegable, "
+    "or keep that part of the model in fp32.",
+    LAYOUT: "Keep tensors in one layout end to end and fold permutes into their neighbours.",
+}
+
+
+def _decoder(m: Measurement) -> bool:
+    return is_decoder((op.name for op in m.variants[m.headline].profile.operators), m.tokens)
+
+
+def _by_role(head: str, ops: list[OperatorStat], per_run: dict[str, float], decoder: bool) -> str:
+    """``head``, then the largest of ``ops`` (at least 1 % of E2E) each with what it is doing
+    (:func:`operator_role`), then what removes the roles that hold a bottleneck's share."""
+    shown = [op for op in sorted(ops, key=lambda op: -op.share) if op.share >= 0.01][:4]
+    roles = [operator_role(op.name, decoder=decoder) for op in shown]
+    named = "; ".join(
+        f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})"
+        + (f": {ROLE_TEXT[role]}" if role else "")
+        for op, role in zip(shown, roles, strict=True)
+    )
+    share: dict[str, float] = {}
+    for op, role in zip(shown, roles, strict=True):
+        if role is not None:
+            share[role] = share.get(role, 0.0) + op.share
+    remedies = [
+        _REMEDIES[role]
+        for role in share
+        if share[role] >= BOTTLENECK_SHARE and (decoder or _REMEDIES[role] != _CUSTOM_SDPA)
+    ]
+    return f"{head}: {named}." + "".join(f" {text}" for text in dict.fromkeys(remedies))
 
 
 def _outside_delegate(m: Measurement) -> str | None:
@@ -129,10 +194,7 @@ def _category_advice(m: Measurement) -> list[str]:
             "layout work is minor."
         )
     if shares[ELEMENTWISE] >= 0.2:
-        advice.append(
-            f"Elementwise is {pct(shares[ELEMENTWISE])} of E2E: fuse activations and bias adds "
-            "into the preceding convolution / linear (XNNPACK fuses clamp-like activations)."
-        )
+        advice.append(_elementwise(prof, _decoder(m)))
     if shares[OTHER] >= 0.2:
         advice.append(
             f"Other is {pct(shares[OTHER])} of E2E ({ms(prof.categories_ms[OTHER])} "
@@ -141,6 +203,20 @@ def _category_advice(m: Measurement) -> list[str]:
             "classified operator). Check the operator table for the largest Other entries."
         )
     return advice
+
+
+def _elementwise(prof: Profile, decoder: bool) -> str:
+    """Elementwise work: a mask built in the graph said as such, else activations to fuse."""
+    share = pct(prof.shares[ELEMENTWISE])
+    ops = [op for op in prof.operators if op.category == ELEMENTWISE]
+    masks = sum(op.share for op in ops if operator_role(op.name, decoder=decoder) == MASK)
+    if masks >= prof.shares[ELEMENTWISE] / 2:
+        per_run = {op.name: op.count / prof.runs for op in ops}
+        return _by_role(f"Elementwise is {share} of E2E", ops, per_run, decoder)
+    return (
+        f"Elementwise is {share} of E2E: fuse activations and bias adds into the preceding "
+        "convolution / linear (XNNPACK fuses clamp-like activations)."
+    )
 
 
 def sme2_path_advice(m: Measurement) -> list[str]:
