@@ -21,6 +21,7 @@ from pytest_sme2.export.registry import get_model
 from pytest_sme2.run.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.run.measure import MeasurePlan, measure
 from pytest_sme2.run.measurement import Measurement, VariantMeasurement
+from pytest_sme2.runner.invoke import CpuSeen
 
 MS = 1_000_000
 
@@ -93,11 +94,19 @@ ON_OPS = (
 )
 
 
+#: What a runner reports it saw, as its label says: SME2 with SME2 on, nothing with it off.
+SEEN = {
+    Variant.ON: CpuSeen("getauxval(AT_HWCAP2)", True, True, 64, True),
+    Variant.OFF: CpuSeen("getauxval(AT_HWCAP2)", False, False, None, True),
+}
+
+
 def variant(
     v: Variant, ops, latencies: Sequence[float], evidence: Sme2Evidence | None = None
 ) -> VariantMeasurement:
-    """A variant with timing-only latencies and the profile of ``ops``; its ETDump was never
-    written (the reports then leave out the per-event files)."""
+    """A variant with timing-only latencies and the profile of ``ops``, whose runner saw what
+    its label says; its ETDump was never written (the reports then leave out the per-event
+    files)."""
     return VariantMeasurement(
         variant=v,
         latencies_ms=tuple(latencies),
@@ -105,6 +114,7 @@ def variant(
         profile=profile(make_trace(ops)),
         etdump=Path("x.etdump").absolute(),
         evidence=evidence,
+        seen=SEEN[v],
     )
 
 

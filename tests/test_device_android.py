@@ -336,6 +336,10 @@ def test_sme2_on_and_off_on_a_phone_with_sme2(
     on, off = measured.variants[Variant.ON], measured.variants[Variant.OFF]
     assert any("PF32" in op for op in on.profile.packed_operators)
     assert not off.profile.packed_operators
+    # each variant's runner proves its label: SME2 and its vector length on, no SME off
+    assert on.seen is not None and on.seen.sme2 and on.seen.svl_bytes
+    assert off.seen is not None and not (off.seen.sme or off.seen.sme2)
+    assert on.seen.source == off.seen.source == "getauxval(AT_HWCAP2)"
     once = RunPlan(runs=1, warmup=0, traced=False)
     for variant, preloaded in ((Variant.OFF, True), (Variant.ON, False)):
         run = device.run(toy.pte, toy.inputs, variant, once, tmp_path / f"{variant}-once")

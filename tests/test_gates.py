@@ -501,8 +501,10 @@ def test_share_limits_judge_instruction_shares_where_the_profile_counts_instruct
     from tests.measurements import counted_measurement
 
     limits = Expectations(max_share={"Data Movement": 0.2})
-    (verdict,) = judge(counted_measurement(), None, limits, TOL)[:1]
-    assert verdict.gate == "share-limits" and verdict.status is Status.FAIL
+    (verdict,) = [
+        v for v in judge(counted_measurement(), None, limits, TOL) if v.gate == "share-limits"
+    ]
+    assert verdict.status is Status.FAIL
     assert verdict.message.startswith("Data Movement instruction share 25.0% is above the limit")
 
 
@@ -689,3 +691,31 @@ def test_an_operator_kind_the_user_removed_is_reported_not_failed():
     ]
     assert verdict.status is Status.PASS
     assert f"{removed}: no longer in the model (it ran {MOPA})" in verdict.details
+
+
+def test_a_run_that_saw_the_opposite_of_its_label_fails_naming_what_it_saw():
+    """An "off" whose shim hid SME2 but not SME, an "on" that saw no SME2: each fails in one line
+    naming what the runner saw; a runner that reported nothing is "not judged"."""
+    from tests.measurements import SEEN
+
+    m = measurement(SME2_DEVICE)
+    on, off = m.variants[Variant.ON], m.variants[Variant.OFF]
+    lied = replace(
+        m,
+        variants={
+            Variant.ON: replace(on, seen=replace(SEEN[Variant.ON], sme2=False, svl_bytes=None)),
+            Variant.OFF: replace(off, seen=replace(SEEN[Variant.OFF], sme=True)),
+        },
+    )
+    verdicts = by_gate(judge(lied, None, Expectations(), TOL))
+    assert verdicts["label[sme2-on]"].status is Status.FAIL
+    assert verdicts["label[sme2-on]"].message == (
+        "sme2-on run of toy[fp32] on phone saw no SME2: it is not the run its label says (the "
+        "runner saw SME, not SME2; XNNPACK with SME2 kernels, by getauxval(AT_HWCAP2))"
+    )
+    assert verdicts["label[sme2-off]"].status is Status.FAIL
+    assert "sme2-off run of toy[fp32] on phone saw SME:" in verdicts["label[sme2-off]"].message
+    unknown = replace(m, variants={**m.variants, Variant.OFF: replace(off, seen=None)})
+    skipped = by_gate(judge(unknown, None, Expectations(), TOL))["label[sme2-off]"]
+    assert skipped.status is Status.SKIP and "did not report what it saw" in skipped.message
+    assert by_gate(judge(m, None, Expectations(), TOL))["label[sme2-on]"].status is Status.PASS

@@ -42,6 +42,7 @@ from pytest_sme2.judge.baseline import (
     structure_diff,
 )
 from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.label_gate import label_verdicts
 from pytest_sme2.judge.load_gates import load_verdicts
 from pytest_sme2.judge.sme2_gate import sme2_kernels
 from pytest_sme2.judge.time_gates import (
@@ -72,11 +73,9 @@ def judge(
     "moved" rules a baseline update uses (:class:`pytest_sme2.judge.baseline.Move`): what fails here
     is exactly what ``--sme2-update-baselines`` would record.
     """
-    # imported here: the load and time gates build on this module's verdicts
-
     record = baseline.record_for(m.device) if baseline is not None else None
     now = from_measurement(m, tolerances)
-    verdicts: list[Verdict] = []
+    verdicts: list[Verdict] = label_verdicts(m)
     verdicts += _share_limits(m, expectations)
     verdicts += _op_counts(m, expectations)
     verdicts += sme2_kernels(m, expectations)

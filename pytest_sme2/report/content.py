@@ -96,6 +96,8 @@ def metadata_table(m: Measurement) -> Table:
                 f"{timing}{vm.profile.runs} traced (+{vm.profile.warmup} traced warm-up dropped)",
             )
         )
+        if vm.seen is not None:  # what proves the label (judge.label_gate)
+            rows.append((f"runner saw ({variant})", f"{vm.seen.describe()}, by {vm.seen.source}"))
     if m.device.machine_class:
         rows.append(("machine class", m.device.class_id))
     rows += [(f"class: {k}", v) for k, v in sorted(m.device.machine_class.items())]

@@ -188,6 +188,7 @@ def _variant_record(
         evidence=replace(evidence, instruction_trace=None) if evidence else None,
         load=program_load(timed or [traced], evidence, timed=bool(timed)),
         modelled_etdump=modelled_etdump,
+        seen=traced.seen,
         trace=trace,
     )
 

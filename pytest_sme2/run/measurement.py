@@ -29,6 +29,7 @@ from pytest_sme2.analysis.profile import Comparison, Profile, compare
 from pytest_sme2.analysis.trace import Trace, read_etdump
 from pytest_sme2.run.devices.base import DeviceInfo, Sme2Evidence, Variant
 from pytest_sme2.run.disturbance import Disturbance
+from pytest_sme2.runner.invoke import CpuSeen
 
 #: Bytes in a mebibyte: how planned and resident memory are shown.
 MIB = 1024 * 1024
@@ -90,6 +91,9 @@ class VariantMeasurement:
     #: inference's ETDump re-timed in instructions (:mod:`pytest_sme2.run.modelled_etdump`), the one
     #: the kit's tools are given; ``etdump`` stays as the runner wrote it
     modelled_etdump: Path | None = None
+    #: what the variant's runner saw of the CPU (SME, SME2, its vector length, XNNPACK's SME2
+    #: kernels): the proof of its label, where the runner reports it
+    seen: CpuSeen | None = None
     #: the traced run's ETDump, parsed, where the measurement parsed it: kept in memory only
     #: (neither saved nor compared) so the report and the ``sme2_trace`` fixture need not parse
     #: it again; a record read back from JSON, or one whose profile came from a counted run, has
@@ -113,6 +117,8 @@ class VariantMeasurement:
             "modelled_etdump": None
             if self.modelled_etdump is None
             else _relative(self.modelled_etdump, base),
+            # only where reported: the records of runners that said nothing keep their shape
+            **({"cpu_seen": self.seen.to_json()} if self.seen is not None else {}),
         }
 
     @classmethod
@@ -130,6 +136,7 @@ class VariantMeasurement:
             modelled_etdump=None
             if data.get("modelled_etdump") is None
             else _resolve(data["modelled_etdump"], base),
+            seen=CpuSeen.from_timings(data),
         )
 
 

@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,49 @@ class LoadStats:
 
 
 @dataclass(frozen=True)
+class CpuSeen:
+    """What one runner process saw of the CPU (the runner's ``cpu_seen``): SME and SME2 as the
+    platform answers the kernels' own question (``getauxval(AT_HWCAP2)`` on Linux and Android,
+    ``sysctl hw.optional.arm.FEAT_SME*`` on macOS, through any shim the variant runs under), the
+    streaming vector length where SME is visible, and whether its XNNPACK exports KleidiAI's SME2
+    kernels. What proves a run's sme2-on/off label, rather than what was asked for."""
+
+    source: str
+    sme: bool
+    sme2: bool
+    svl_bytes: int | None
+    xnnpack_sme2_kernels: bool
+
+    @classmethod
+    def from_timings(cls, timings: Mapping[str, Any]) -> CpuSeen | None:
+        """From a timings file; None where the runner said nothing (built before it did, or
+        elsewhere: ``--sme2-runner-on``)."""
+        seen = timings.get("cpu_seen")
+        if seen is None:
+            return None
+        svl = seen["svl_bytes"]
+        return cls(
+            str(seen["source"]),
+            bool(seen["sme"]),
+            bool(seen["sme2"]),
+            None if svl is None else int(svl),
+            bool(seen["xnnpack_sme2_kernels"]),
+        )
+
+    def describe(self) -> str:
+        """``SME2 (SVL 64 B); XNNPACK with SME2 kernels`` — what a report's metadata says."""
+        if self.sme2:
+            seen = "SME2" + (f" (SVL {self.svl_bytes} B)" if self.svl_bytes else "")
+        else:
+            seen = "SME, not SME2" if self.sme else "no SME"
+        kernels = "with" if self.xnnpack_sme2_kernels else "without"
+        return f"{seen}; XNNPACK {kernels} SME2 kernels"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What one runner process produced."""
 
@@ -111,6 +154,8 @@ class RunResult:
     #: machine took from it (:mod:`pytest_sme2.run.disturbance`); empty where not reported
     cpu_ms: tuple[float, ...] = ()
     preemptions: tuple[int, ...] = ()
+    #: what the process saw of the CPU, where the runner reports it
+    seen: CpuSeen | None = None
 
 
 def runner_command(
@@ -413,6 +458,7 @@ def collect_result(
         latencies = [float(value) for value in timings["latencies_ms"]]
         warmup = int(timings["warmup"])
         load = LoadStats.from_timings(timings)
+        seen = CpuSeen.from_timings(timings)
         cpu_ms = tuple(float(value) for value in timings.get("cpu_ms", ())[warmup:])
         preemptions = tuple(int(value) for value in timings.get("preemptions", ())[warmup:])
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -440,4 +486,5 @@ def collect_result(
         load=load,
         cpu_ms=cpu_ms,
         preemptions=preemptions,
+        seen=seen,
     )

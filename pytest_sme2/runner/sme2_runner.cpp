@@ -10,7 +10,9 @@
 //                 each execution's thread CPU time and involuntary context switches (whether a
 //                 busy machine took the CPU away mid-execution), program load and method init
 //                 times (init is where XNNPACK packs the weights), the planned memory and the
-//                 process's own peak resident memory (VmHWM; task_info on macOS)
+//                 process's own peak resident memory (VmHWM; task_info on macOS), and what the
+//                 process saw of the CPU (SME, SME2, streaming vector length, XNNPACK's SME2
+//                 kernels): what proves a run's sme2-on/off label
 //   --method M    the method to run (default: forward)
 // Without --etdump_path no event tracer is attached at all, so timing-only latencies carry no
 // tracing overhead.
@@ -47,8 +49,17 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#endif
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 #ifdef __APPLE__
 #include <mach/mach.h>
@@ -561,6 +572,53 @@ uint64_t peak_rss_bytes() {
 #endif
 }
 
+// What this process saw of the CPU's matrix extensions, asked the way XNNPACK's and KleidiAI's
+// own dispatch asks (through the same getauxval or sysctlbyname a shim may answer): a run labelled
+// sme2-on must see SME2, one labelled sme2-off must see neither SME nor SME2 (an "off" that hides
+// SME2 but not SME still runs SME1 kernels on an M4). Only arm64 has them: elsewhere both are
+// false by the architecture. The streaming vector length where SME is visible (Linux's prctl).
+struct CpuSeen {
+  const char* source;
+  bool sme;
+  bool sme2;
+  long svl_bytes;  // -1: not known
+};
+
+CpuSeen cpu_seen() {
+#if defined(__aarch64__) && defined(__linux__)
+  const unsigned long hwcap2 = getauxval(AT_HWCAP2);
+  CpuSeen seen{"getauxval(AT_HWCAP2)", (hwcap2 & (1UL << 23)) != 0,  // HWCAP2_SME
+               (hwcap2 & (1UL << 37)) != 0, -1};                    // HWCAP2_SME2
+  if (seen.sme) {
+    const int vl = prctl(64 /* PR_SME_GET_VL */, 0, 0, 0, 0);
+    if (vl >= 0) {
+      seen.svl_bytes = vl & 0xffff;  // PR_SME_VL_LEN_MASK
+    }
+  }
+  return seen;
+#elif defined(__APPLE__) && defined(__aarch64__)
+  auto feature = [](const char* name) {
+    int value = 0;
+    size_t size = sizeof value;
+    return sysctlbyname(name, &value, &size, nullptr, 0) == 0 && value == 1;
+  };
+  return {"sysctl hw.optional.arm", feature("hw.optional.arm.FEAT_SME"),
+          feature("hw.optional.arm.FEAT_SME2"), -1};
+#else
+  return {"not an arm64 CPU", false, false, -1};
+#endif
+}
+
+// Whether the XNNPACK this runner loaded carries SME2 kernels: KleidiAI's fp32 SME2 GEMM is
+// exported by the wheels' libexecutorch_backend_xnnpack.so when it was built in (aarch64), and
+// absent otherwise (x86-64, or a build without KleidiAI's SME2 kernels). A statically linked
+// runner exports nothing: there it reads as absent.
+bool xnnpack_has_sme2_kernels() {
+  return dlsym(RTLD_DEFAULT,
+               "kai_get_dst_offset_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa") !=
+         nullptr;
+}
+
 void write_timings(const Options& options, size_t threads, const LoadStats& load,
                    const std::vector<double>& latencies_ms, const std::vector<double>& cpu_ms,
                    const std::vector<long>& preemptions) {
@@ -586,6 +644,17 @@ void write_timings(const Options& options, size_t threads, const LoadStats& load
        << ", \"planned_bytes\": " << load.planned_bytes
        << ", \"peak_rss_bytes\": " << peak_rss_bytes()
        << ", \"peak_rss_source\": " << json_string(PEAK_RSS_SOURCE);
+  const CpuSeen seen = cpu_seen();
+  json << ", \"cpu_seen\": {\"source\": " << json_string(seen.source)
+       << ", \"sme\": " << (seen.sme ? "true" : "false")
+       << ", \"sme2\": " << (seen.sme2 ? "true" : "false") << ", \"svl_bytes\": ";
+  if (seen.svl_bytes >= 0) {
+    json << seen.svl_bytes;
+  } else {
+    json << "null";
+  }
+  json << ", \"xnnpack_sme2_kernels\": " << (xnnpack_has_sme2_kernels() ? "true" : "false")
+       << "}";
   if (std::strlen(SME2_EXECUTORCH_VERSION) > 0) {
     json << ", \"executorch_version\": " << json_string(SME2_EXECUTORCH_VERSION);
   }
