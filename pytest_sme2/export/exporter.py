@@ -27,7 +27,7 @@ Numerics are checked for real, as two numbers with two meanings
   from (the recipe's reference), on the very inputs the program received. A program that
   disagrees beyond its dtype's tolerance (:data:`pytest_sme2.analysis.tolerances.TOLERANCES`;
   static int8: counted in output quantization steps,
-  :func:`pytest_sme2.export.recipes.output_steps`, and in the output's spread) — or returns
+  :func:`pytest_sme2.export.output_steps.output_steps`, and in the output's spread) — or returns
   any NaN/inf — raises :class:`NumericsError`; the entry stays cached with its errors, so a re-run
   raises again in milliseconds instead of re-exporting. Tolerances are applied when an entry is
   read, not baked into it, so changing them needs no re-export; an entry checked before the
