@@ -370,35 +370,47 @@ def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
     assert not only_time_gates_failed((v("latency[sme2-off]", Status.PASS),))
 
 
-def test_a_time_gate_failure_is_decided_by_a_fresh_measurement():
-    from pytest_sme2.judge.decision import judge_confirmed
+def test_a_time_gate_failure_is_decided_by_fresh_measurements_spread_in_time():
+    from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
 
     base = from_measurement(measurement(HOST), TOL)
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
     calls = []
 
-    def remeasure(fresh):
+    def remeasure(*fresh):
+        """Each call takes the next of ``fresh``, as a pause and a settled machine would."""
+        queue = list(fresh)
+
         def take():
-            calls.append(fresh)
-            return fresh, "in a fresh measurement (machine settled)"
+            calls.append(queue.pop(0))
+            return calls[-1], f"after a pause, machine settled ({len(calls)})"
 
         return take
 
-    passed = judge_confirmed(slow, base, Expectations(), TOL, remeasure(measurement(HOST)))
-    assert passed.measurement is calls[-1] and passed.remeasured_after.startswith(
+    # a burst that outlasts one fresh measurement: the second, taken later, clears the failure
+    passed = judge_confirmed(
+        slow, base, Expectations(), TOL, remeasure(slow, measurement(HOST), slow)
+    )
+    assert len(calls) == 2 and passed.measurement is calls[-1]
+    assert passed.remeasured_after.startswith(
         "E2E latency of toy[fp32] on host (sme2-off) rose 20.2%"
     )
     confirmed = by_gate(passed.verdicts)["confirmed"]
     assert confirmed.status is Status.PASS
     assert confirmed.message.startswith(
-        "passed in a fresh measurement (machine settled); the first had failed: E2E latency"
+        f"passed in fresh measurement 2 of up to {CONFIRMATIONS} (after a pause, machine "
+        "settled (2)); the first had failed: E2E latency"
     )
     assert failure_report(passed.verdicts, strict=False) is None
 
-    persisted = judge_confirmed(slow, base, Expectations(), TOL, remeasure(slow))
+    # a regression fails every one of them
+    calls.clear()
+    persisted = judge_confirmed(slow, base, Expectations(), TOL, remeasure(*[slow] * 3))
+    assert len(calls) == CONFIRMATIONS == 3
     assert by_gate(persisted.verdicts)["latency[sme2-off]"].status is Status.FAIL
     assert failure_report(persisted.verdicts, strict=False).endswith(
-        "the failure persisted in a fresh measurement (machine settled)"
+        "the failure persisted in 3 fresh measurements spread in time (after a pause, machine "
+        "settled (1); after a pause, machine settled (2); after a pause, machine settled (3))"
     )
 
 
