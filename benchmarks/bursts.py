@@ -1,10 +1,12 @@
-"""A bursty neighbour: one worker process per CPU, each busy and idle by turns at random.
+"""The noisy neighbours of ``benchmarks/gating_quality.py``'s conditions: bursts of work that
+come and go beside the sessions.
 
-``benchmarks/gating_quality.py``'s ``bursty-cpu`` and ``bursty-memory`` conditions. Every worker
-alternates OFF (sleeping) for a random 1–3 s and ON for a random 1–4 s, its own random sequence,
-so the workers drift in and out of step: at any moment none, one or all of them are busy (on a
-2-core host, both CPUs at times), as a CI runner's other jobs come and go. Nothing is pinned:
-the workers and the sessions beside them share every CPU as the scheduler sees fit.
+``bursty-cpu`` and ``bursty-memory``: one worker process per CPU, each busy and idle by turns at
+random. Every worker alternates OFF (sleeping) for a random 1–3 s and ON for a random 1–4 s, its
+own random sequence, so the workers drift in and out of step: at any moment none, one or all of
+them are busy (on a 2-core host, both CPUs at times), as a CI runner's other jobs come and go.
+Nothing is pinned: the workers and the sessions beside them share every CPU as the scheduler sees
+fit.
 
 - ``cpu``: ON is a tight loop of integer and float arithmetic on a few locals — it takes a CPU
   and little else (its working set fits in the first-level caches);
@@ -18,7 +20,11 @@ many CPUs the workers kept busy on average. A worker ends when it is terminated 
 over), after its ``seconds`` at the latest, or within a burst's length once the process that
 started it is gone.
 
+``neighbour``: one process pinned to the last CPU (the sessions pinned to the others) that pauses
+1–8 s and streams the same 64 MB copies for 0.5–3 s, by turns, ending the same ways.
+
     python benchmarks/bursts.py --worker KIND SECONDS LOG INDEX   (started by bursts_running)
+    python benchmarks/bursts.py --neighbour-process CPU SECONDS LOG   (by neighbour_running)
 """
 
 from __future__ import annotations
@@ -171,7 +177,73 @@ def _all_on(bursts: list[tuple[float, float]], workers: int) -> float:
     return total
 
 
+# The ``neighbour`` condition's pinned neighbour: memory bursts (the same 64 MB copies) at random
+# moments on the last CPU alone, the sessions pinned to the others.
+
+#: The neighbour's bursts: how long it pauses between them and how long each lasts (seconds).
+NEIGHBOUR_PAUSE_S = (1.0, 8.0)
+NEIGHBOUR_BURST_S = (0.5, 3.0)
+
+
+def neighbour(cpu: int, seconds: float, log: Path, seed: int) -> None:
+    """The noisy neighbour (run as ``--neighbour-process``): on ``cpu`` only, for ``seconds`` at
+    most and no longer than its parent lives, pauses and bursts of memory streaming at random
+    moments; each burst is appended to ``log`` (start, seconds) so the run says how busy it was."""
+    import numpy as np
+
+    os.sched_setaffinity(0, {cpu})
+    parent = os.getppid()
+    rng = random.Random(seed)
+    source = np.ones(ARRAY_MB * 2**20 // 8)
+    target = np.empty_like(source)
+    ends = time.monotonic() + seconds
+    with log.open("a") as out:
+        while time.monotonic() < ends and os.getppid() == parent:
+            time.sleep(rng.uniform(*NEIGHBOUR_PAUSE_S))
+            started, burst = time.monotonic(), rng.uniform(*NEIGHBOUR_BURST_S)
+            while time.monotonic() - started < burst:
+                np.copyto(target, source)
+            out.write(f"{time.time():.1f} {time.monotonic() - started:.2f}\n")
+            out.flush()
+
+
+@contextmanager
+def neighbour_running(on: bool, seconds: float, log: Path) -> Iterator[set[int] | None]:
+    """With ``on``: the neighbour started on the last CPU, and the CPUs the sessions get (the
+    others); stopped on leaving. Without: nothing started, sessions on any CPU (None)."""
+    if not on:
+        yield None
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        sys.exit("the neighbour condition needs two CPUs: one for it, one for the sessions")
+    command = [
+        sys.executable, __file__, "--neighbour-process", str(cpus[-1]), str(seconds), str(log),
+    ]  # fmt: skip
+    process = subprocess.Popen(command)
+    try:
+        yield set(cpus[:-1])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def neighbour_load(log: Path, seconds: float) -> str:
+    """How busy the neighbour was: bursts, their total and their share of ``seconds``."""
+    bursts = (
+        [float(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
+    )
+    busy = sum(bursts)
+    return (
+        f"{len(bursts)} bursts, {busy:.0f} s busy of {seconds:.0f} s ({100 * busy / seconds:.0f} %)"
+    )
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--neighbour-process"] and len(sys.argv) == 5:
+        cpu, seconds, log = sys.argv[2:5]
+        neighbour(int(cpu), float(seconds), Path(log), seed=os.getpid())
+        sys.exit(0)
     if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 6:
         sys.exit(__doc__.rsplit("\n\n", 1)[-1])
     kind, seconds, log, index = sys.argv[2:6]

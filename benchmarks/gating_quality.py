@@ -99,7 +99,6 @@ import json
 import math
 import os
 import platform
-import random
 import re
 import shutil
 import statistics
@@ -116,7 +115,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bursts import bursts_load, bursts_running  # benchmarks/bursts.py, beside this script
+from bursts import (  # benchmarks/bursts.py, beside this script
+    bursts_load,
+    bursts_running,
+    neighbour_load,
+    neighbour_running,
+)
 from pytest_benchmark.utils import parse_compare_fail
 
 from pytest_sme2.analysis.stats import median_ratio, relative_median_ratio
@@ -668,56 +672,6 @@ def summary(project: Project, cells: Sequence[Cell], rows: Sequence[dict[str, An
     return lines
 
 
-#: The neighbour's bursts: how long it pauses between them and how long each lasts (seconds).
-NEIGHBOUR_PAUSE_S = (1.0, 8.0)
-NEIGHBOUR_BURST_S = (0.5, 3.0)
-#: The arrays a burst streams through memory: far beyond the last-level cache.
-NEIGHBOUR_ARRAY_MB = 64
-
-
-def neighbour(cpu: int, seconds: float, log: Path, seed: int) -> None:
-    """The noisy neighbour (run as ``--neighbour-process``): on ``cpu`` only, for ``seconds`` at
-    most and no longer than its parent lives, pauses and bursts of memory streaming at random
-    moments; each burst is appended to ``log`` (start, seconds) so the run says how busy it was."""
-    import numpy as np
-
-    os.sched_setaffinity(0, {cpu})
-    parent = os.getppid()
-    rng = random.Random(seed)
-    source = np.ones(NEIGHBOUR_ARRAY_MB * 2**20 // 8)
-    target = np.empty_like(source)
-    ends = time.monotonic() + seconds
-    with log.open("a") as out:
-        while time.monotonic() < ends and os.getppid() == parent:
-            time.sleep(rng.uniform(*NEIGHBOUR_PAUSE_S))
-            started, burst = time.monotonic(), rng.uniform(*NEIGHBOUR_BURST_S)
-            while time.monotonic() - started < burst:
-                np.copyto(target, source)
-            out.write(f"{time.time():.1f} {time.monotonic() - started:.2f}\n")
-            out.flush()
-
-
-@contextmanager
-def neighbour_running(on: bool, seconds: float, log: Path) -> Iterator[set[int] | None]:
-    """With ``on``: the neighbour started on the last CPU, and the CPUs the sessions get (the
-    others); stopped on leaving. Without: nothing started, sessions on any CPU (None)."""
-    if not on:
-        yield None
-        return
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        _fail("the neighbour condition needs two CPUs: one for it, one for the sessions")
-    command = [
-        sys.executable, __file__, "--neighbour-process", str(cpus[-1]), str(seconds), str(log),
-    ]  # fmt: skip
-    process = subprocess.Popen(command)
-    try:
-        yield set(cpus[:-1])
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 #: What the busy neighbour exports, round and round: an example's every dtype, cold each time.
 BUSY_MODEL = "mobilenet_v3_small"
 BUSY_EXPORT = """
@@ -793,17 +747,6 @@ def busy_load(log: Path) -> str:
     return (
         f"{len(exports)} exports of {BUSY_MODEL} ({statistics.mean(exports or [0]):.0f} s each), "
         f"load average {statistics.mean(loads):.1f} ({min(loads):.1f}–{max(loads):.1f})"
-    )
-
-
-def neighbour_load(log: Path, seconds: float) -> str:
-    """How busy the neighbour was: bursts, their total and their share of ``seconds``."""
-    bursts = (
-        [float(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
-    )
-    busy = sum(bursts)
-    return (
-        f"{len(bursts)} bursts, {busy:.0f} s busy of {seconds:.0f} s ({100 * busy / seconds:.0f} %)"
     )
 
 
@@ -1144,8 +1087,4 @@ def _git(*command: str) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--neighbour-process"]:
-        cpu, seconds, log = sys.argv[2:5]
-        neighbour(int(cpu), float(seconds), Path(log), seed=os.getpid())
-        sys.exit(0)
     sys.exit(main())
