@@ -84,8 +84,8 @@ the decode command's 2 × 20 sessions are ~10–17 min (plus ~2 min of exports w
 
 Where the ratios come from (never from the baseline file, whose layout may change): the
 ``timings.json`` the native runner writes for every timing round under ``--sme2-artifacts``
-(``<case>/.sme2-runs/<variant>-roundN/``, ``…/reference-roundN/``, and ``…/confirm/…`` for a
-re-measurement). The measurement the plugin judged (and gave to pytest-benchmark) is the one whose
+(``<case>/.sme2-runs/<variant>-roundN/``, ``…/reference-roundN/``, and ``…/confirm/…``,
+``…/confirm-2/…``, … for the confirming measurements). The measurement the plugin judged (and gave to pytest-benchmark) is the one whose
 samples equal the ``--benchmark-json`` entry's data; the baseline's is found the same way in the
 baseline session. ``--out`` writes every session and case (model and reference samples of each
 measurement, the baseline session's, verdicts, failure texts) as JSON, rewritten after each
@@ -334,11 +334,16 @@ def _fail(message: str) -> None:
 
 
 def _read_timings(case_dir: Path) -> dict[str, dict[str, list[float]]]:
-    """Timing-only samples the runner wrote, per measurement ("first", "confirm") and series (a
+    """Timing-only samples the runner wrote, per measurement ("first", then the confirming ones
+    "confirm", "confirm-2", … in the order taken) and series (a
     variant, or "reference"; "<series> cpu" for the same runs' thread CPU time), rounds in order,
     warm-up runs dropped as the runner's reader does."""
     found: dict[str, dict[str, list[float]]] = {}
-    for label, directory in (("first", case_dir), ("confirm", case_dir / "confirm")):
+    confirming = sorted(
+        (d for d in case_dir.glob("confirm*") if d.is_dir()),
+        key=lambda d: int(d.name.partition("-")[2] or 1),
+    )
+    for label, directory in (("first", case_dir), *((d.name, d) for d in confirming)):
         rounds: dict[str, list[tuple[int, list[float]]]] = {}
         for path in directory.glob("*-round*/timings.json"):
             name, _, index = path.parent.name.rpartition("-round")
@@ -364,7 +369,7 @@ def _runs_dirs(artifacts: Path) -> dict[str, Path]:
     dirs = {
         p.parent.parent
         for p in artifacts.rglob("*-round*/timings.json")
-        if p.parent.parent.name != "confirm"
+        if not p.parent.parent.name.startswith("confirm")
     }
     return {d.parent.name: d for d in sorted(dirs)}
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_sme2.cache import cache_root
 from pytest_sme2.run.devices.qemu import QemuSme2Device
 from pytest_sme2.run.devices.registry import device_class
+
+#: The user's cache (exports, runner builds, qemu), resolved before pytester points HOME at each
+#: test's own directory — where an inner session would otherwise rebuild the runner and
+#: re-export its models into an empty cache (~12 s each, ~99 inner sessions).
+SHARED_CACHE = cache_root()
 
 
 @pytest.fixture(scope="session")
@@ -20,7 +26,8 @@ def qemu_device() -> QemuSme2Device:
 
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytest's ``pytester``, whose inner sessions judge time even where other work took the CPU.
+    """pytest's ``pytester``, whose inner sessions judge time even where other work took the CPU
+    and share the suite's cache (:data:`SHARED_CACHE`; a test about an empty cache sets its own).
 
     This suite runs on two xdist workers on two cores: a measurement here shares the machine
     with the other worker's exports by design, so the default — time not judged when the runs
@@ -29,4 +36,5 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     own set-up, which clears ``PYTEST_ADDOPTS``.
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", "--sme2-judge-disturbed")
+    monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
     return pytester

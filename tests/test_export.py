@@ -444,16 +444,22 @@ def test_fp16_converts_a_buffer_another_object_holds() -> None:
 # --- the cache ----------------------------------------------------------------------------------
 
 
-def test_warm_hit_reuses_the_entry(export_cache: Path, tmp_path: Path) -> None:
+def test_warm_hit_reuses_the_entry(
+    export_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_sme2.export import exporter
+
     spec = _lazy_spec(tmp_path)
     cold = export_model(spec, "fp32", cache_dir=export_cache)
     built = cold.pte.stat().st_mtime_ns
-    started = time.perf_counter()
+
+    def never(*args: object) -> None:
+        raise AssertionError("a warm hit must not export again")
+
+    monkeypatch.setattr(exporter, "build_export", never)
     warm = export_model(spec, "fp32", cache_dir=export_cache)
-    elapsed = time.perf_counter() - started
     assert warm == cold
     assert warm.pte.stat().st_mtime_ns == built
-    assert elapsed < 0.5, f"a warm hit took {elapsed:.2f} s"
     assert warm.key == artifact_key(spec, "fp32")
     assert warm.directory == artifact_dir(spec, "fp32", export_cache)
 
@@ -540,11 +546,9 @@ def test_untraceable_model_names_model_dtype_and_stage(export_cache: Path) -> No
     assert str(err).startswith("export of branchy[fp32] failed at torch.export: ")
     assert "\n" not in str(err)
     assert not artifact_dir(spec, "fp32", export_cache).exists(), "failures are not cached"
-    started = time.perf_counter()
     with pytest.raises(ExportError) as again:
         export_model(spec, "fp32", cache_dir=export_cache)
     assert again.value is err, "the same process must not export a failing model twice"
-    assert time.perf_counter() - started < 0.1
 
 
 def test_factory_failure_is_a_build_model_error(export_cache: Path) -> None:
@@ -731,9 +735,16 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     from pytest_sme2.export.prefetch import prefetch
 
     monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    calls = tmp_path / "broken-calls"
+
+    def counted_broken() -> object:
+        with calls.open("a") as log:
+            log.write(f"{os.getpid()}\n")
+        return _broken()
+
     narrow = ModelSpec("side_narrow", _linear, _eight, "", ("fp32",), (("width", 8),))
     wide = ModelSpec("side_wide", _linear, _eight, "", ("fp32",), (("width", 16),))
-    broken = ModelSpec("side_broken", _broken, _one_input, "", ("fp32",))
+    broken = ModelSpec("side_broken", counted_broken, _one_input, "", ("fp32",))
     prefetch([(narrow, "fp32"), (wide, "fp32"), (broken, "fp32")], processes=2)
     pids = {
         json.loads((export_model(spec, "fp32").directory / MANIFEST_NAME).read_text())[
@@ -742,10 +753,11 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
         for spec in (narrow, wide)
     }
     assert os.getpid() not in pids and len(pids) == 2
-    started = time.perf_counter()
     with pytest.raises(ExportError, match=r"side_broken\[fp32\] failed at build model"):
         export_model(broken, "fp32")
-    assert time.perf_counter() - started < 1.0
+    # built once, by a prefetch process; this process was handed its failure
+    (builder,) = calls.read_text().split()
+    assert builder != str(os.getpid())
 
 
 def test_an_export_runs_on_a_fresh_stack_without_garbage_collections(
