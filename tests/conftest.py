@@ -35,6 +35,7 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     it is the subject (tests/test_disturbance.py), which takes this away. Set after pytester's
     own set-up, which clears ``PYTEST_ADDOPTS``.
     """
-    monkeypatch.setenv("PYTEST_ADDOPTS", "--sme2-judge-disturbed")
+    # the host alone unless a test names its devices: the default (auto) adds qemu-sme2 here
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--sme2-judge-disturbed --sme2-device=host")
     monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
     return pytester

@@ -277,7 +277,8 @@ def test_a_session_on_an_oversubscribed_machine_passes_saying_time_was_not_judge
 ):
     make_suite(pytester)
     run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
-    monkeypatch.delenv("PYTEST_ADDOPTS")  # this suite's own --sme2-judge-disturbed
+    # without this suite's own --sme2-judge-disturbed (tests/conftest.py)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--sme2-device=host")
     cores = os.cpu_count() or 1
     with spinners(cores + 2, seconds=120.0):
         busy = run(pytester, "--sme2-models=plug_a", "-rs")

@@ -311,7 +311,11 @@ def test_benchmark_json_holds_each_variant_and_compare_reads_it(pytester, monkey
     assert "test_model[plug_a-fp32][sme2-off]" in compare.stdout
 
 
-def test_xdist_two_workers_share_exports_and_builds(pytester):
+def test_xdist_two_workers_share_exports_and_builds(pytester, monkeypatch, tmp_path):
+    """From an empty cache, two workers: each model is exported once and the runner built once
+    (the summary of the session's exports and builds counts every one that ran, on any worker);
+    both cases then run on them."""
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))
     make_suite(pytester)
     result = run(pytester, "-n", "2", "--sme2-update-baselines")
     result.assert_outcomes(passed=2)
@@ -319,6 +323,15 @@ def test_xdist_two_workers_share_exports_and_builds(pytester):
         "plug_a-fp32.json",
         "plug_b-fp32.json",
     ]
+    out = result.stdout.str()
+    done = out.split("pytest-sme2 slowest exports and builds", 1)[1].splitlines()
+    assert sum(line.startswith("build host runner ") for line in done) == 1, out[-3000:]
+    exports = [line.split(" ")[1] for line in done if line.startswith("export ")]
+    assert sorted(exports) == sorted(set(exports)) and {"plug_a[fp32]", "plug_b[fp32]"} <= set(
+        exports
+    )
+    (total,) = [line for line in done if " in all, " in line]
+    assert total.startswith(f"{len(exports) + 1} in all, "), total  # nothing else ran twice
 
 
 def test_every_case_is_exported_before_the_first_is_measured(pytester, monkeypatch, tmp_path):
