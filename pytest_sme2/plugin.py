@@ -23,6 +23,7 @@ from pytest_sme2.session import (
     choose_loadgroup,
     expectations,
     or_fail,
+    prepared_device,
 )
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
@@ -134,7 +135,7 @@ def sme2_fleet(pytestconfig: pytest.Config) -> Fleet:
 @pytest.fixture
 def sme2_device(sme2_case: Case, sme2_fleet: Fleet) -> Device:
     """The current case's device, prepared; one line naming it if it cannot be, or was lost."""
-    return or_fail(lambda: sme2_fleet.device(sme2_case.device))
+    return prepared_device(sme2_fleet, sme2_case.device)
 
 
 @pytest.fixture(scope="session")

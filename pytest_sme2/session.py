@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pytest_sme2.judge.verdict import Verdict
     from pytest_sme2.run.deadline import Deadline
     from pytest_sme2.run.devices.base import Device
+    from pytest_sme2.run.devices.spec import DeviceSpec
     from pytest_sme2.run.fleet import Fleet
     from pytest_sme2.run.measure import MachineSpeed
     from pytest_sme2.run.measurement import Measurement
@@ -64,6 +65,22 @@ def or_fail(call: Callable[[], Any]) -> Any:
     except Sme2Error as err:
         message = str(err)
     pytest.fail(message, pytrace=False)
+
+
+def prepared_device(fleet: Fleet, spec: DeviceSpec) -> Device:
+    """``spec``'s prepared device; where it cannot be prepared, its case fails in one line — or,
+    for a device the user did not name (``auto``'s emulated one, on a machine that cannot
+    provision it), is skipped saying why and how to leave it out."""
+    if not spec.added_by:
+        return or_fail(lambda: fleet.device(spec))
+    from pytest_sme2.errors import Sme2Error
+
+    try:
+        return fleet.device(spec)
+    except Sme2Error as err:
+        message = f"{spec.id} could not be prepared: {err} ({spec.added_by}; --sme2-device=host "
+        message += "measures the host alone)"
+    pytest.skip(message)
 
 
 def case_of(item: pytest.Item) -> Case | None:

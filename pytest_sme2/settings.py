@@ -44,9 +44,11 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option(
         "device",
-        "host",
+        "auto",
         "where models run: a device spec KIND[:KEY=VALUE…] (host, qemu-sme2:vl=64, mac, "
-        "android:serial=R5CX1234), or a comma-separated fleet of them (ini: sme2_devices too)",
+        "android:serial=R5CX1234), or a comma-separated fleet of them (ini: sme2_devices too); "
+        "auto: the devices that show SME2 here (a CPU without SME2: host and, for each model's "
+        "first dtype, qemu-sme2)",
     ),
     Option("runs", "20", "timing-only runs per variant (split over --sme2-rounds)", "int"),
     Option("warmup", "2", "warm-up runs discarded before each measured batch", "int"),
@@ -208,10 +210,15 @@ class Settings:
                 if device_class(device.kind).emulates_cpu
                 else chosen
             )
-            for dtype in spec.dtypes
-            if not self.dtypes or dtype in self.dtypes
+            for dtype in self._dtypes(spec, headline_only=device.headline_only)
             for threads in self.threads
         ]
+
+    def _dtypes(self, spec: ModelSpec | ProgramSpec, *, headline_only: bool) -> list[str]:
+        """The model's dtypes this session selects; on a headline-only device (``auto``'s
+        emulated one) the first of them, the one its author registered first."""
+        selected = [dtype for dtype in spec.dtypes if not self.dtypes or dtype in self.dtypes]
+        return selected[:1] if headline_only else selected
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -229,7 +236,7 @@ def fleet_specs(
     get_option: Callable[[str], Any], get_ini: Callable[[str], Any]
 ) -> tuple[DeviceSpec, ...]:
     """The session's devices: ``--sme2-device``, else the ini key ``sme2_devices``, else
-    ``sme2_device`` (default ``host``)."""
+    ``sme2_device`` (default ``auto``: ``run.devices.spec.auto_specs``)."""
     from pytest_sme2.run.devices.spec import parse_device_specs
 
     return parse_device_specs(

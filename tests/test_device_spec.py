@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,3 +78,70 @@ def test_a_value_may_hold_a_colon_as_adb_over_tcp_serials_do() -> None:
     assert phone.options == (("serial", "192.168.1.5:5555"), ("cpu-mask", "80"))
     assert phone.id == "android:serial=192.168.1.5:5555:cpu-mask=80"
     assert phone.directory == "android@serial=192.168.1.5@5555@cpu-mask=80"
+
+
+X86_LINUX = ("Linux", "x86_64", {"avx2", "sse4_2"})
+
+
+def test_auto_adds_the_emulated_sme2_device_on_a_cpu_without_sme2() -> None:
+    """Where users meet the plugin first (x86 laptops and CI): the host, and qemu-sme2 for each
+    model's headline dtype, so the first report shows SME2; a machine with SME2 measures it."""
+    from pytest_sme2.run.devices.spec import auto_specs
+
+    host, emulated = auto_specs(*X86_LINUX)
+    assert host == DeviceSpec("host")
+    assert (emulated.id, emulated.headline_only) == ("qemu-sme2", True)
+    assert emulated.added_by.startswith("--sme2-device=auto adds the emulated SME2 device")
+    assert emulated.directory == "qemu-sme2"  # the committed baselines of qemu-sme2 serve it
+    assert auto_specs("Linux", "aarch64", {"asimd", "sme", "sme2"}) == (DeviceSpec("host"),)
+    assert auto_specs("Darwin", "arm64", set()) == (DeviceSpec("mac"),)
+    # no Debian x86-64 qemu to provision: the host alone
+    assert auto_specs("Linux", "aarch64", {"asimd"}) == (DeviceSpec("host"),)
+    assert auto_specs("Windows", "AMD64", set()) == (DeviceSpec("host"),)
+
+
+def test_auto_beside_named_devices_gives_way_to_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_sme2.run.devices import spec as spec_module
+
+    monkeypatch.setattr(spec_module, "cpu_flags", lambda: X86_LINUX[2])
+    monkeypatch.setattr(spec_module.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(spec_module.platform, "machine", lambda: "x86_64")
+    assert [s.id for s in parse_device_specs("auto")] == ["host", "qemu-sme2"]
+    # qemu-sme2 named: every dtype of it, once
+    (host, named) = parse_device_specs("auto,qemu-sme2")
+    assert host.id == "host" and named == DeviceSpec("qemu-sme2")
+    assert [s.id for s in parse_device_specs("qemu-sme2:vl=64,auto")] == [
+        "qemu-sme2:vl=64",
+        "host",
+        "qemu-sme2",
+    ]
+    with pytest.raises(ConfigError, match="'host' is listed twice"):
+        parse_device_specs("host,auto")
+
+
+def test_a_headline_only_device_takes_each_models_first_selected_dtype() -> None:
+    from pytest_sme2.export.registry import ModelSpec
+    from pytest_sme2.settings import OPTIONS, Settings, resolve
+
+    ini = {option.dest: option.default for option in OPTIONS}
+
+    def settings(dtypes: tuple[str, ...]) -> Settings:
+        base = resolve(lambda dest: None, lambda key: ini.get(key, ""), Path("."))  # defaults
+        return dataclasses.replace(
+            base,
+            devices=(DeviceSpec("host"), DeviceSpec("qemu-sme2", headline_only=True)),
+            dtypes=dtypes,
+        )
+
+    model = ModelSpec("m", lambda: None, lambda seed: (), "", ("fp32", "int8", "8da4w"))
+    cases = settings(()).cases([model])
+    assert [(c.device.id, c.dtype) for c in cases] == [
+        ("host", "fp32"),
+        ("host", "int8"),
+        ("host", "8da4w"),
+        ("qemu-sme2", "fp32"),
+    ]
+    cases = settings(("int8", "8da4w")).cases([model])
+    assert [(c.device.id, c.dtype) for c in cases if c.device.headline_only] == [
+        ("qemu-sme2", "int8")
+    ]

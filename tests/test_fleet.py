@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -28,6 +29,51 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
+
+
+def _suite(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """The example suite on toy_cnn fp32 with the default device; its stdout (exit 0 asserted)."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "tests/test_suite.py", "--sme2-models=toy_cnn",
+            "--sme2-dtypes=fp32", "-p", "no:cacheprovider", "-rs", "--sme2-judge-disturbed",
+            f"--sme2-artifacts={tmp_path / 'artifacts'}", *args,
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=900, env={**environment, **(env or {})},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done.stdout
+
+
+@pytest.mark.skipif(
+    (sys.platform, os.uname().machine) != ("linux", "x86_64"), reason="auto's x86-64 Linux fleet"
+)
+def test_the_default_device_shows_sme2_on_a_cpu_without_it(tmp_path: Path) -> None:
+    """``auto`` here (x86-64, no SME2): the host case, and the emulated one whose row in the
+    session table has the instruction ratio and the SME2 kernels SME2-on executed; a qemu that
+    cannot be prepared skips the emulated case, saying so, and the host's still runs."""
+    out = _suite(tmp_path)
+    assert "2 passed" in out
+    lines = out.split(" pytest-sme2 ==", 1)[1].splitlines()
+    column = "SME2 kernels (on)"
+    (header,) = [line for line in lines if column in line]
+    start = header.index(column)  # the longest text of its column: the cells line up under it
+
+    rows = [line for line in lines if line.lstrip().startswith("toy_cnn ")]
+
+    def cell(device: str) -> str:
+        (row,) = [line for line in rows if f" {device} " in line]
+        return row[start : start + len(column)].strip()
+
+    (emulated,) = [line for line in rows if " qemu-sme2 " in line]
+    assert re.search(r"instruction ratio \d+\.\d\d× \(off ÷ on\)", emulated), emulated
+    assert re.fullmatch(r"[1-9]\d* ran", cell("qemu-sme2")), emulated
+    assert cell("host") == "—"  # no SME2 here: no SME2-on run to show kernels of
+    missing = _suite(tmp_path, env={"SME2_QEMU": str(tmp_path / "no-such-qemu")})
+    assert "1 passed, 1 skipped" in missing
+    assert "qemu-sme2 could not be prepared: " in missing
+    assert "--sme2-device=auto adds the emulated SME2 device" in missing
 
 
 def test_a_qemu_fleet_of_two_vector_lengths_runs_each_case_once_per_device(

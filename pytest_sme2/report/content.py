@@ -357,11 +357,23 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
     row["method init"] = init_text(m.variants[head].load)
     return {
         **row,
+        "SME2 kernels (on)": sme2_kernels_text(m),
         "top category": f"{top} {100 * shares[top]:.0f}% ({head})",
         "latency gate sees": latency_sensitivity(verdicts),
         "numerics": numerics_text(m),
         "verdict": verdict_word(verdicts),
     }
+
+
+def sme2_kernels_text(m: Measurement) -> str:
+    """How many SME2 kernels SME2-on executed, where the device shows executed kernels (its
+    evidence run); "—" where it shows none or SME2-on was not measured. "none" is news: an
+    SME2-on run of a model with GEMMs that ran NEON (8da4w's QB4W GEMMs have no SME2 path)."""
+    on = m.variants.get(Variant.ON)
+    if on is None or on.evidence is None or not on.evidence.source:
+        return "—"
+    kernels = on.evidence.sme2_kernels
+    return f"{len(kernels)} ran" if kernels else "none"
 
 
 def latency_sensitivity(verdicts: Sequence[Verdict]) -> str:

@@ -65,7 +65,8 @@ def isa_features(flags: set[str]) -> str:
     return " ".join(sorted(flags & XNNPACK_ISA_FEATURES))
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -112,7 +113,7 @@ class HostDevice(Device):
             self._binary = build_runner("host")
 
     def info(self) -> DeviceInfo:
-        flags = _cpu_flags()
+        flags = cpu_flags()
         has_sme2 = "sme2" in flags
         machine_class = {
             "cpu": cpu_model(),
