@@ -86,10 +86,11 @@ Where the ratios come from (never from the baseline file, whose layout may chang
 ``timings.json`` the native runner writes for every timing round under ``--sme2-artifacts``
 (``<case>/.sme2-runs/<variant>-roundN/``, ``…/reference-roundN/``, and ``…/confirm/…``,
 ``…/confirm-2/…``, … for the confirming measurements). The measurement the plugin judged (and
-gave to pytest-benchmark) is the one whose samples equal the ``--benchmark-json`` entry's data; the baseline's is found the same way in the
-baseline session. ``--out`` writes every session and case (model and reference samples of each
-measurement, the baseline session's, verdicts, failure texts) as JSON, rewritten after each
-session, to re-judge the series offline under another statistic.
+gave to pytest-benchmark) is the one whose samples equal the ``--benchmark-json`` entry's data;
+the baseline's is found the same way in the baseline session. ``--out`` writes every session and
+case (model and reference samples of each measurement, the baseline session's, verdicts, failure
+texts) as JSON, rewritten after each session, to re-judge the series offline under another
+statistic.
 """
 
 from __future__ import annotations
