@@ -36,6 +36,7 @@ MAIN_JOB = (
     "--html=report.html", "--self-contained-html", "-p", "no:cacheprovider",
 )  # fmt: skip
 TARGETS_S = {"cold": 300.0, "warm": 60.0}
+HEADER = ["model", "dtype", "device"]
 
 
 def run_main_job(clone: Path, cache: Path) -> tuple[float, str, int]:
@@ -48,9 +49,18 @@ def run_main_job(clone: Path, cache: Path) -> tuple[float, str, int]:
 
 
 def emulated_rows(stdout: str) -> list[str]:
-    """The session table's qemu-sme2 rows (after the ``pytest-sme2`` heading)."""
-    table = stdout.split(" pytest-sme2 ==", 1)[-1]
-    return [line for line in table.splitlines() if re.search(r"\bqemu-sme2\b", line)]
+    """The session table's qemu-sme2 rows: the lines under its header (``model dtype device …``)
+    up to the first that is not a row, whose third column is the device."""
+    lines = stdout.split(" pytest-sme2 ==", 1)[-1].splitlines()
+    start = next((i for i, line in enumerate(lines) if line.split()[:3] == HEADER), len(lines))
+    rows = []
+    for line in lines[start + 1 :]:
+        cells = line.split()
+        if len(cells) < 3 or line.startswith(("skipped gate", "pytest-sme2", "=")):
+            break
+        if cells[2] == "qemu-sme2":
+            rows.append(line)
+    return rows
 
 
 def evidence_of(rows: list[str]) -> list[str]:
@@ -83,6 +93,7 @@ def main() -> int:
     ok = True
     for kind in ("cold", "warm"):
         seconds, stdout, code = run_main_job(clone, cache)
+        (work / f"{kind}.log").write_text(stdout)
         rows = emulated_rows(stdout)
         met = seconds <= TARGETS_S[kind]
         ok &= met and code == 0 and bool(rows)
