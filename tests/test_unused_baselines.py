@@ -4,8 +4,12 @@ and left alone by a session that runs a subset of the cases, which cannot know."
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
+
+import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.judge.unused_baselines import UnusedBaselines, unused_baselines
@@ -89,3 +93,25 @@ def test_a_removed_models_baseline_is_listed_then_removed_by_a_whole_suite_updat
     )
     assert not gone.exists() and kept.exists() and two_threads.exists()
     assert "unused baselines" not in run(pytester).stdout.str()
+
+
+@pytest.mark.skipif(
+    (sys.platform, os.uname().machine) != ("linux", "x86_64"), reason="auto's x86-64 Linux fleet"
+)
+def test_auto_leaves_the_emulated_devices_other_dtypes_alone(pytester):
+    """``auto`` runs qemu-sme2 for each model's headline dtype only, a subset as under
+    ``--sme2-dtypes``: an update over the whole suite neither lists nor removes the others."""
+    pytester.makeconftest(
+        CONFTEST.format(size=48).replace('dtypes=("fp32",)', 'dtypes=("fp32", "int8")')
+    )
+    pytester.makepyfile(test_suite=CASES_ONLY)
+    for device in ("host", "qemu-sme2"):
+        folder = pytester.path / "baselines" / device
+        folder.mkdir(parents=True)
+        for name in ("plug_a", "plug_b"):
+            for dtype in ("fp32", "int8"):
+                (folder / f"{name}-{dtype}.json").write_text("{}")
+    result = run(pytester, "--sme2-device=auto", "--sme2-update-baselines")
+    result.assert_outcomes(passed=6)  # host: 2 models × 2 dtypes; qemu-sme2: 2 models × fp32
+    assert "unused baselines" not in result.stdout.str()
+    assert (pytester.path / "baselines" / "qemu-sme2" / "plug_b-int8.json").exists()
