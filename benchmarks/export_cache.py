@@ -56,7 +56,10 @@ from pytest_sme2.export.reference import REFERENCE  # noqa: E402
 from pytest_sme2.export.registry import ModelSpec, get_model, registered_models  # noqa: E402
 
 SUITE_TARGET = 1.15
-SUITE = [sys.executable, "-m", "pytest", "tests/test_suite.py", "-p", "no:cacheprovider", "-q"]
+SUITE = [
+    sys.executable, "-m", "pytest", "tests/test_suite.py", "-p", "no:cacheprovider", "-q",
+    "--sme2-device=host",
+]  # fmt: skip
 
 
 def old_key(spec: ModelSpec, dtype: str) -> str:
