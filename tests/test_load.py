@@ -142,6 +142,38 @@ def verdicts_of(verdicts: tuple[Verdict, ...], prefix: str) -> list[Verdict]:
     return [v for v in verdicts if v.gate.startswith(prefix)]
 
 
+def test_a_slow_init_is_cleared_by_a_quiet_process_of_any_confirmation(
+    host_measurement: Measurement,
+) -> None:
+    """Method init under a neighbour's memory traffic: slow in the first measurement and the
+    first fresh one, quiet in the second — the fresh measurements' init is the fastest of all so
+    far, so the quiet process clears it; a regression (every process 20 % slower) fails all three
+    confirmations."""
+    from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
+    from pytest_sme2.run.measure import fastest_init
+
+    own = from_measurement(host_measurement, TOLERANCES)
+    burst, quiet = scaled(host_measurement, init=1.25), host_measurement
+
+    def confirmations(*fresh: Measurement):
+        queue = list(fresh)
+        return lambda: (queue.pop(0), "after a pause")
+
+    first = judge_confirmed(burst, own, Expectations(), TOLERANCES, confirmations(burst, quiet))
+    assert first.remeasured_after and "method init" in first.remeasured_after
+    assert [v.status for v in verdicts_of(first.verdicts, "init-time")] == [Status.PASS]
+    regressed = scaled(host_measurement, init=1.2)
+    stays = judge_confirmed(
+        regressed, own, Expectations(), TOLERANCES, confirmations(*[regressed] * CONFIRMATIONS)
+    )
+    assert [v.status for v in verdicts_of(stays.verdicts, "init-time")] == [Status.FAIL]
+    # fastest_init takes the fastest process of all, variant by variant, and nothing else
+    pooled = fastest_init(burst, quiet)
+    for variant, vm in pooled.variants.items():
+        assert vm.load.method_init_ms == quiet.variants[variant].load.method_init_ms
+        assert vm.profile is burst.variants[variant].profile
+
+
 def test_a_20_percent_slower_init_fails_on_the_same_machine_class(
     host_measurement: Measurement,
 ) -> None:

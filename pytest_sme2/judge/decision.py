@@ -16,7 +16,7 @@ from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
 from pytest_sme2.judge.time_gates import TIME_GATES, disturbed_reason
 from pytest_sme2.judge.verdict import Status, Verdict, case_name
-from pytest_sme2.run.measure import fastest
+from pytest_sme2.run.measure import fastest, fastest_init
 from pytest_sme2.run.measurement import Measurement
 
 
@@ -73,10 +73,11 @@ def judge_confirmed(
     """:func:`judge`, and where only time gates failed, fresh measurements spread in time decide.
 
     Wall-clock time is the one input a busy machine moves for a while; operator structure,
-    kernels and parity are not re-measured away. Each fresh measurement is judged on its own,
-    up to :data:`CONFIRMATIONS` of them: the first that passes clears the failure (a regression
-    fails every one), and a failure stands only when all failed — its verdicts then those of the
-    measurement taken while the machine was fastest. A ``confirmed`` verdict says how it went and
+    kernels and parity are not re-measured away. Each fresh measurement is judged on its own
+    (its method init the fastest of every measurement so far), up to :data:`CONFIRMATIONS` of
+    them: the first that passes clears the failure (a regression fails every one), and a failure
+    stands only when all failed — its verdicts then those of the measurement taken while the
+    machine was fastest. A ``confirmed`` verdict says how it went and
     names the first failure.
     """
     verdicts = judge(m, baseline, expectations, tolerances, judge_disturbed=judge_disturbed)
@@ -86,6 +87,8 @@ def judge_confirmed(
     taken, hows = [m], []
     for attempt in range(CONFIRMATIONS):
         fresh, how = remeasure()
+        # init time is the fastest process of every measurement so far (``fastest_init``)
+        fresh = fastest_init(fresh, *taken)
         taken.append(fresh)
         hows.append(how)
         judged = judge(fresh, baseline, expectations, tolerances, judge_disturbed=judge_disturbed)
