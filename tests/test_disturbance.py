@@ -38,6 +38,7 @@ from pytest_sme2.run.disturbance import (
 )
 from pytest_sme2.run.measure import fastest
 from pytest_sme2.run.measurement import Measurement
+from tests.conftest import INNER_DEFAULTS
 from tests.measurements import HOST, measurement
 from tests.test_plugin import make_suite, run
 
@@ -278,7 +279,8 @@ def test_a_session_on_an_oversubscribed_machine_passes_saying_time_was_not_judge
     make_suite(pytester)
     run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
     # without this suite's own --sme2-judge-disturbed (tests/conftest.py)
-    monkeypatch.setenv("PYTEST_ADDOPTS", "--sme2-device=host")
+    inner = [flag for flag in INNER_DEFAULTS if flag != "--sme2-judge-disturbed"]
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(inner))
     cores = os.cpu_count() or 1
     with spinners(cores + 2, seconds=120.0):
         busy = run(pytester, "--sme2-models=plug_a", "-rs")

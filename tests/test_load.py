@@ -316,7 +316,6 @@ def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(
         "--sme2-traced-runs=1",
         "--sme2-latency-tolerance=400",
         "--sme2-init-time-tolerance=400",
-        "--sme2-share-tolerance=100",
     )
     pytester.makeconftest(HEAVY.format(layers=5))
     pytester.runpytest_subprocess(*args, "--sme2-update-baselines").assert_outcomes(passed=1)
