@@ -62,3 +62,17 @@ def examples_session(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
     pytester.makeconftest("import models  # noqa: F401  (registers the examples)")
     pytester.makepyfile(test_suite=suite)
+
+
+def through_qemu(qemu: Path, tmp_path: Path) -> tuple[str, ...]:
+    """An inner qemu-sme2 session's arguments through the user's ``qemu`` (a wrapper that lies or
+    hangs), recording fresh baselines and its artifacts under ``tmp_path``."""
+    return (
+        "-p",
+        "no:cacheprovider",
+        "--sme2-device=qemu-sme2",
+        f"--sme2-qemu={qemu}",
+        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
+        f"--sme2-artifacts={tmp_path / 'artifacts'}",
+        "--sme2-update-baselines",
+    )

@@ -23,7 +23,7 @@ from pytest_sme2.cache import cache_root
 from pytest_sme2.errors import RunnerError
 from pytest_sme2.judge.baseline_file import load
 from pytest_sme2.runner.invoke import run_process, run_step
-from tests.inner import INNER_TEST, inner_conftest
+from tests.inner import INNER_TEST, inner_conftest, through_qemu
 from tests.processes import processes_mentioning
 
 pytest_plugins = ["pytester"]
@@ -362,19 +362,7 @@ def _inner_session(
     """An inner qemu-sme2 session through ``wrapper`` updating the baselines under ``tmp_path``,
     started in the background (its output on ``stdout``)."""
     return pytester.popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            *extra,
-            "--sme2-device=qemu-sme2",
-            f"--sme2-qemu={wrapper}",
-            f"--sme2-baseline-dir={tmp_path / 'baselines'}",
-            f"--sme2-artifacts={tmp_path / 'artifacts'}",
-            "--sme2-update-baselines",
-        ],
+        [sys.executable, "-m", "pytest", *extra, *through_qemu(wrapper, tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.cache import cache_root
-from tests.inner import INNER_TEST, REPO, inner_conftest
+from tests.inner import INNER_TEST, REPO, inner_conftest, through_qemu
 
 pytest_plugins = ["pytester"]
 
@@ -50,16 +50,7 @@ def test_a_run_that_sees_the_opposite_of_its_label_fails_naming_what_it_saw(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
     pytester.makeconftest(inner_conftest("honest", "off_lies", "on_lies"))
     pytester.makepyfile(test_label=INNER_TEST)
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        f"--sme2-qemu={wrapper}",
-        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
-        f"--sme2-artifacts={tmp_path / 'artifacts'}",
-        "--sme2-update-baselines",
-        timeout=1200,
-    )
+    result = pytester.runpytest_subprocess(*through_qemu(wrapper, tmp_path), timeout=1200)
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.re_match_lines(
         [

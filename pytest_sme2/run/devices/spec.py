@@ -75,8 +75,8 @@ def parse_device_specs(text: str, *, source: str = "--sme2-device") -> tuple[Dev
                     raise ConfigError(f"{source}: {spec.id!r} is listed twice")
                 named.add(spec.id)
             specs.append(spec)
-    kept = {spec.id: spec for spec in reversed(specs) if not spec.added_by or spec.id not in named}
-    return tuple(spec for spec in specs if kept.get(spec.id) is spec)
+    # ``auto`` once (twice names the host twice): an added device is unique, unless also named
+    return tuple(spec for spec in specs if not (spec.added_by and spec.id in named))
 
 
 def _parse_spec(item: str, source: str) -> DeviceSpec:
