@@ -30,6 +30,10 @@ from pytest_sme2.run.measurement import Measurement
 E2E_WORDS = {"ms": "fastest E2E ms", "instructions": "instructions per inference"}
 
 
+#: The note of a thread count whose runs lost the CPU (the case's verdicts say how much).
+BUSY = "busy machine: other work took the CPU"
+
+
 @dataclass(frozen=True)
 class ScalingView:
     """One model × dtype on one device across thread counts."""
@@ -43,12 +47,12 @@ class ScalingView:
 def thread_figure(m: Measurement) -> ThreadFigure:
     """A case's figure at its thread count (see the module's docstring)."""
     if m.device.time_meaningful:
-        busy = m.disturbance.reason if m.disturbance is not None else None
+        busy = m.disturbance is not None and m.disturbance.reason is not None
         return ThreadFigure(
             m.threads,
             {str(v): min(vm.latencies_ms) for v, vm in m.variants.items()},
             m.comparison.speedup.value if m.comparison is not None else None,
-            note=f"busy machine: {busy}" if busy else None,
+            note=BUSY if busy else None,
         )
     if m.emulated_threads:
         return ThreadFigure(m.threads, {}, not_judged=NOT_JUDGED)
