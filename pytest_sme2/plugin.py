@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 MARKER_HELP = (
     "sme2(speedup_floor=None, max_share=None, min_share=None, require_sme2_kernels=False, "
-    "op_counts=None): what a pytest-sme2 test expects beyond its baseline"
+    "op_counts=None, min_thread_gain=None): what a pytest-sme2 test expects beyond its baseline "
+    "(a floor may be per thread count: speedup_floor={1: 1.5, 4: 1.2})"
 )
 
 

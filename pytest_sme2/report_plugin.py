@@ -37,6 +37,7 @@ from pytest_sme2.progress import Finished
 if TYPE_CHECKING:
     from pytest_sme2.judge.history import HistoryRecord
     from pytest_sme2.report.markdown import SessionEntry
+    from pytest_sme2.report.scaling import ScalingView
 
 
 def _series_key(record: HistoryRecord) -> tuple[str, str, str, int]:
@@ -307,6 +308,17 @@ class ReportPlugin:
                     "<p>Shares are of the headline variant (SME2-on where it ran).</p>"
                     + fleet.html("sme2-table sme2-fleet")
                 )
+        if self.dirs and self.scaling:
+            from pytest_sme2.report.html import scaling_html
+
+            prefix.append(scaling_html(self.scaling))
+
+    @functools.cached_property
+    def scaling(self) -> list[ScalingView]:
+        """The session's thread-scaling views (``report.scaling``), built once from every case."""
+        from pytest_sme2.report.scaling import scaling_views
+
+        return scaling_views(entry.measurement for entry in self.entries)
 
     @functools.cached_property
     def entries(self) -> list[SessionEntry]:
@@ -362,7 +374,7 @@ class ReportPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_sme2.report.content import untimed_summary
-        from pytest_sme2.report.terminal import slowest_lines, summary_lines
+        from pytest_sme2.report.terminal import scaling_lines, slowest_lines, summary_lines
 
         if self.exports:
             terminalreporter.section("pytest-sme2 slowest exports and builds")
@@ -374,6 +386,10 @@ class ReportPlugin:
                 terminalreporter.write_line(line)
             for line in untimed_summary(self.untimed, len(self.summary_rows)):
                 terminalreporter.write_line(line)
+            if self.dirs and self.scaling:
+                terminalreporter.section("pytest-sme2 thread scaling")
+                for line in scaling_lines(self.scaling):
+                    terminalreporter.write_line(line)
             if self.session_report is not None:
                 terminalreporter.write_line(f"pytest-sme2 session report: {self.session_report}")
             if self.history_page is not None:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pytest_sme2.run.fleet import Fleet
     from pytest_sme2.run.measure import MachineSpeed
     from pytest_sme2.run.measurement import Measurement
+    from pytest_sme2.run.plan import MeasurePlan
     from pytest_sme2.settings import Case, Settings
 
 #: the key of the unused baselines in an xdist worker's ``workeroutput``
@@ -397,7 +398,7 @@ class CaseMeasure:
                 dtype=case.dtype,
                 pte=artifact.pte,
                 inputs=artifact.inputs,
-                plan=replace(settings.plan, threads=case.threads),
+                plan=self._plan(),
                 workdir=self.directory / RUNS_DIR / label,
                 classifier=settings.classifier,
                 reference=self.reference,
@@ -408,6 +409,13 @@ class CaseMeasure:
                 tokens=program.tokens_per_inference,
                 parity_tolerance=program.tolerance if isinstance(program, ProgramSpec) else None,
             )
+
+    def _plan(self) -> MeasurePlan:
+        """The session's plan on the case's thread count; the 1-thread runs timed alongside
+        where the test's marker sets a thread-gain floor for that count (``judge.thread_gates``)."""
+        threads = self.case.threads
+        gain_floor = expectations(self.node).thread_gain_floor(threads)
+        return replace(self.settings.plan, threads=threads, with_one_thread=gain_floor is not None)
 
 
 @dataclass(frozen=True)

@@ -164,18 +164,19 @@ def operator_instructions(prof: Profile) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _variant_baseline(vm: VariantMeasurement) -> VariantBaseline:
+def _variant_baseline(vm: VariantMeasurement, counts: bool) -> VariantBaseline:
+    """One variant's stored part; its instruction counts only where ``counts`` (repeatable)."""
     prof = vm.profile
-    counted = prof.counts_instructions
+    counted = prof.counts_instructions and counts
     return VariantBaseline(
         operators=operator_structure(prof),
         packed_operators=prof.packed_operators,
-        instructions=vm.evidence.instructions if vm.evidence else None,
+        instructions=vm.evidence.instructions if vm.evidence and counts else None,
         sme2_kernels=vm.evidence.sme2_kernels if vm.evidence else (),
         operator_instructions=operator_instructions(prof) if counted else {},
         instruction_shares={c: stable(v) for c, v in prof.shares.items()} if counted else {},
         operator_sme2_kernels=operator_sme2_kernels(vm),
-        init_instructions=vm.load.init_instructions if vm.load else None,
+        init_instructions=vm.load.init_instructions if vm.load and counts else None,
         planned_bytes=vm.load.planned_bytes if vm.load else None,
     )
 
@@ -222,14 +223,16 @@ def _stable_or_none(value: float | None) -> float | None:
 
 def from_measurement(m: Measurement, tolerances: Tolerances) -> Baseline:
     """The baseline a measurement would store: its portable part, and a time record for its
-    machine class where the device's time means something."""
+    machine class where the device's time means something; no instruction counts where an
+    emulator counted a thread pool (``Measurement.emulated_threads``: they vary run to run)."""
+    counts = not m.emulated_threads
     return Baseline(
         model=m.model,
         dtype=m.dtype,
         device=m.device.name,
         threads=m.threads,
-        variants={str(v): _variant_baseline(vm) for v, vm in m.variants.items()},
-        instruction_ratio=stable(m.instruction_ratio) if m.instruction_ratio else None,
+        variants={str(v): _variant_baseline(vm, counts) for v, vm in m.variants.items()},
+        instruction_ratio=stable(m.instruction_ratio) if m.instruction_ratio and counts else None,
         machines={m.device.class_id: _time_record(m)} if m.device.time_meaningful else {},
         tolerances=tolerances,
     )

@@ -18,9 +18,15 @@ from pytest_sme2.validation import key_path, problem, validator
 
 @dataclass(frozen=True)
 class Expectations:
-    """What a test asks for beyond its baseline: ``@pytest.mark.sme2(...)`` keyword arguments."""
+    """What a test asks for beyond its baseline: ``@pytest.mark.sme2(...)`` keyword arguments.
 
-    speedup_floor: float | None = None
+    ``speedup_floor`` is one floor for every thread count, or a floor per thread count
+    (``{1: 1.5, 4: 1.2}``: "SME2 still helps at 4 threads"; a count not named has none).
+    ``min_thread_gain`` is a floor per thread count N > 1 on E2E(1 thread) ÷ E2E(N threads), per
+    variant (``judge.thread_gates``): the N-thread case then times its 1-thread runs too.
+    """
+
+    speedup_floor: float | Mapping[int, float] | None = None
     max_share: Mapping[str, float] = field(default_factory=dict)
     min_share: Mapping[str, float] = field(default_factory=dict)
     require_sme2_kernels: bool = False
@@ -28,6 +34,17 @@ class Expectations:
     instruction_ratio_floor: float | None = None
     #: each variant's fastest method init (weight packing), ms, where time means something
     max_init_ms: float | None = None
+    min_thread_gain: Mapping[int, float] = field(default_factory=dict)
+
+    def speedup_floor_at(self, threads: int) -> float | None:
+        """The SME2 speedup floor of a case on ``threads`` threads, None where there is none."""
+        if isinstance(self.speedup_floor, Mapping):
+            return self.speedup_floor.get(threads)
+        return self.speedup_floor
+
+    def thread_gain_floor(self, threads: int) -> float | None:
+        """The floor on E2E(1 thread) ÷ E2E(``threads``), None where there is none."""
+        return self.min_thread_gain.get(threads)
 
     @classmethod
     def from_marker(cls, kwargs: Mapping[str, Any]) -> Expectations:
@@ -40,12 +57,28 @@ class Expectations:
                 near = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean {near[0]!r}?" if near else f"it takes {', '.join(known)}"
                 raise ConfigError(f"{key}={value!r}: unknown keyword; {hint}")
-        found = problem(_marker_validator(), dict(kwargs))
+        # a thread count is a mapping key: JSON Schema names keys as strings
+        found = problem(_marker_validator(), {k: _keyed_by_text(v) for k, v in kwargs.items()})
         if found is not None:
             path, message = found
             at = f" (at {key_path(path)})" if len(path) > 1 else ""
             raise ConfigError(f"{path[0]}={kwargs[path[0]]!r}: {message}{at}")
-        return cls(**kwargs)
+        per_threads = {k: _by_threads(v) for k, v in kwargs.items() if k in _PER_THREADS}
+        return cls(**{**kwargs, **per_threads})
+
+
+#: The keywords that may name thread counts (``{2: 1.5}``).
+_PER_THREADS = ("speedup_floor", "min_thread_gain")
+
+
+def _keyed_by_text(value: Any) -> Any:
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else value
+
+
+def _by_threads(value: Any) -> Any:
+    """A validated per-thread-count mapping with int keys (``{"2": 1.5}`` and ``{2: 1.5}`` alike);
+    anything else as given."""
+    return {int(k): v for k, v in value.items()} if isinstance(value, Mapping) else value
 
 
 _SHARES = {
@@ -54,13 +87,31 @@ _SHARES = {
     "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
 }
 _FLOOR = {"type": ["number", "null"], "exclusiveMinimum": 0}
+#: A floor per thread count: ``{threads: floor}``, thread counts ≥ 1 (``_FROM_TWO``: ≥ 2).
+_COUNTS = "^[1-9][0-9]*$"
+_FROM_TWO = "^([2-9]|[1-9][0-9]+)$"
+
+
+def _per_threads(pattern: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": pattern},
+        "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
+    }
+
+
 #: What each keyword of the ``sme2`` marker takes: a share is a fraction of a category (one of
 #: the five), a floor a positive ratio, an operator count per run zero (absent) or more.
 MARKER_SCHEMA: Mapping[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "properties": {
-        "speedup_floor": _FLOOR,
+        "speedup_floor": {
+            "if": {"type": "object"},
+            "then": _per_threads(_COUNTS),
+            "else": _FLOOR,
+        },
+        "min_thread_gain": _per_threads(_FROM_TWO),
         "instruction_ratio_floor": _FLOOR,
         "max_init_ms": _FLOOR,
         "max_share": _SHARES,

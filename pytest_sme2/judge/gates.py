@@ -45,6 +45,7 @@ from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.label_gate import label_verdicts
 from pytest_sme2.judge.load_gates import load_verdicts
 from pytest_sme2.judge.sme2_gate import sme2_kernels
+from pytest_sme2.judge.thread_gates import thread_gain_gates, without_emulated_counts
 from pytest_sme2.judge.time_gates import (
     latency_gates,
     no_time_record,
@@ -80,6 +81,7 @@ def judge(
     verdicts += _op_counts(m, expectations)
     verdicts += sme2_kernels(m, expectations)
     verdicts += speedup_gates(m, record, expectations, tolerances)
+    verdicts += thread_gain_gates(m, expectations)
     verdicts += _instruction_ratio(m, now, baseline, expectations, tolerances)
     if baseline is not None:
         verdicts += _instructions(m, now, baseline, tolerances)
@@ -100,6 +102,7 @@ def judge(
             measured = now.machines[m.device.class_id]
             verdicts += share_gates(m, measured, record, tolerances)
             verdicts += latency_gates(m, measured, record, tolerances)
+    verdicts = without_emulated_counts(m, verdicts)
     return tuple(verdicts if judge_disturbed else without_disturbed_time(m, verdicts))
 
 

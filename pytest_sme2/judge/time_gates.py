@@ -8,6 +8,8 @@ kernels, parity, instructions) is judged in :mod:`pytest_sme2.judge.gates`, whic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pytest_sme2.judge.baseline import (
     LATENCY_STATISTIC,
     Move,
@@ -25,7 +27,15 @@ from pytest_sme2.run.measurement import Measurement
 
 #: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment (the
 #: method init ones: ``load_gates``).
-TIME_GATES = ("latency", "shares", "share-limits", "speedup", "init-time", "max-init")
+TIME_GATES = (
+    "latency",
+    "shares",
+    "share-limits",
+    "speedup",
+    "init-time",
+    "max-init",
+    "thread-gain",
+)
 
 
 #: The gate that says a case's time gates were not judged: other work took the CPU from its runs.
@@ -77,31 +87,22 @@ def speedup_gates(
     m: Measurement, record: TimeRecord | None, exp: Expectations, tol: Tolerances
 ) -> list[Verdict]:
     comparison = m.comparison
+    floor = exp.speedup_floor_at(m.threads)
     if comparison is None or not m.device.time_meaningful:
-        if exp.speedup_floor is None and (record is None or record.speedup is None):
+        if floor is None and (record is None or record.speedup is None):
             return []
         reason = m.device.limits.get("speedup", f"{m.device.name} cannot measure an SME2 speedup")
         return [Verdict("speedup", Status.SKIP, reason)]
     s = comparison.speedup
     verdicts = []
-    if exp.speedup_floor is not None:
-        if s.high < exp.speedup_floor:
-            verdicts.append(
-                Verdict(
-                    "speedup-floor",
-                    Status.FAIL,
-                    f"SME2 speedup {s.describe()} is below the floor "
-                    f"{exp.speedup_floor:g}× for {case_name(m)}",
-                )
-            )
+    if floor is not None:
+        at = f" at {m.threads} threads" if isinstance(exp.speedup_floor, Mapping) else ""
+        if s.high < floor:
+            message = f"SME2 speedup {s.describe()} is below the floor {floor:g}×{at} for "
+            verdicts.append(Verdict("speedup-floor", Status.FAIL, message + case_name(m)))
         else:
-            verdicts.append(
-                Verdict(
-                    "speedup-floor",
-                    Status.PASS,
-                    f"SME2 speedup {s.describe()} ≥ floor {exp.speedup_floor:g}×",
-                )
-            )
+            message = f"SME2 speedup {s.describe()} ≥ floor {floor:g}×{at}"
+            verdicts.append(Verdict("speedup-floor", Status.PASS, message))
     if record is not None and record.speedup is not None:
         stored = record.speedup.value
         move = speedup_move(speedup_baseline(s), record.speedup, tol)

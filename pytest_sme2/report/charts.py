@@ -1,4 +1,5 @@
-"""Charts as PNG bytes: category time SME2-off vs SME2-on, and per-run E2E latency.
+"""Charts as PNG bytes: category time SME2-off vs SME2-on, per-run E2E latency, and E2E across
+thread counts (a thread sweep).
 
 Why PNG through matplotlib's Agg canvas (no pyplot): no global figure state and no display
 needed, and a PNG embeds as a ``data:`` URI, so the charts survive ``--self-contained-html``, a
@@ -22,6 +23,7 @@ from pytest_sme2.report.format import (
     ordered_variants,
     unit,
 )
+from pytest_sme2.report.scaling import E2E_WORDS, ScalingView
 from pytest_sme2.run.measurement import Measurement
 
 #: One colour per category, the same in every chart (colour-blind safe Tableau order).
@@ -111,6 +113,30 @@ def latency_chart(m: Measurement) -> bytes:
         title += f"\n(time on {m.device.name} is not a performance signal)"
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def scaling_chart(view: ScalingView) -> bytes:
+    """E2E per thread count, one line per variant, each beside its ideal scaling (dashed: E2E
+    at the fewest threads divided by the added threads); a count without a figure is a gap."""
+    fig = Figure(figsize=(5.6, 4.0), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    rows = view.scaling.rows
+    for variant in view.scaling.variants:
+        points = [
+            (r.figure.threads, r.figure.e2e[variant]) for r in rows if variant in r.figure.e2e
+        ]
+        threads, e2e = zip(*points, strict=True)
+        (line,) = ax.plot(threads, e2e, marker="o", label=variant)
+        ideal = [e2e[0] * threads[0] / t for t in threads]
+        ax.plot(threads, ideal, linestyle="--", color=line.get_color(), alpha=0.5)
+    ax.set_xticks([r.figure.threads for r in rows])
+    ax.set_xlabel("threads (dashed: ideal scaling)")
+    ax.set_ylabel(E2E_WORDS[view.unit])
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Thread scaling: {view.title}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _png(fig)
 
 

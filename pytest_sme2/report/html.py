@@ -15,8 +15,9 @@ from pytest_sme2.judge.verdict import Verdict
 from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report import sections as s
-from pytest_sme2.report.charts import data_uri
+from pytest_sme2.report.charts import data_uri, scaling_chart
 from pytest_sme2.report.format import Table
+from pytest_sme2.report.scaling import ScalingView
 from pytest_sme2.run.measurement import Measurement
 
 #: Extra result-table columns: (header, CSS column name), in order.
@@ -111,6 +112,24 @@ def extra_html(
         )
     parts.append("</div>")
     parts += map(section_html, s.case_sections(m, verdicts, s.View.BRIEF, links=links))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def scaling_html(views: Sequence[ScalingView]) -> str:
+    """The session's thread-scaling views for the HTML summary: each one's chart (where a
+    variant has two figures to draw), table and knee sentences."""
+    parts = [_STYLE, '<div class="sme2-report sme2-scaling"><h2>SME2 thread scaling</h2>']
+    for view in views:
+        section = s.scaling_section(view, brief=False)
+        parts.append(f"<h3>{html.escape(section.title)}</h3>")
+        if any(knee.threads is not None for knee in view.scaling.knees):
+            alt = html.escape(f"thread scaling chart of {view.title}")
+            parts.append(
+                f'<img class="sme2-chart" data-chart="scaling" alt="{alt}" '
+                f'src="{data_uri(scaling_chart(view))}">'
+            )
+        parts += map(_part, section.parts)
     parts.append("</div>")
     return "".join(parts)
 

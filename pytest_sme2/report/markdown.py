@@ -16,6 +16,7 @@ from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report import sections as s
 from pytest_sme2.report.format import Table
+from pytest_sme2.report.scaling import scaling_views
 from pytest_sme2.run.measurement import Measurement
 
 
@@ -114,6 +115,8 @@ def session_report(
             "## Across devices\n\nShares are of the headline variant (SME2-on where it ran).\n\n"
             + fleet.markdown()
         )
+    for view in scaling_views(e.measurement for e in entries):
+        parts.append(section_markdown(s.scaling_section(view, brief=False)))
     skipped = c.skipped_reasons([e.verdicts for e in entries])
     if skipped:
         parts.append("Gates the device could not judge:\n\n" + _bullets(skipped))

@@ -27,6 +27,13 @@ from pytest_sme2.report import format as fmt
 from pytest_sme2.report.format import Table
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.numerics import numerics_table
+from pytest_sme2.report.scaling import (
+    DEFINITIONS,
+    ScalingView,
+    case_view,
+    knee_lines,
+    scaling_table,
+)
 from pytest_sme2.report.throughput import phase_line, throughput_table
 from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.run.measurement import Measurement
@@ -133,6 +140,24 @@ def _latency(case: Case) -> Section | None:
             )
         )
     return Section(f"Latency (E2E per run, {fmt.latency_source(m)})", tuple(parts))
+
+
+def scaling_section(view: ScalingView, brief: bool, title: str = "") -> Section:
+    """A thread-scaling view (:mod:`pytest_sme2.report.scaling`): its table, each variant's knee
+    in one sentence, and in the full view what the numbers are."""
+    parts: list[Part] = [scaling_table(view), Bullets(knee_lines(view))]
+    if not brief:
+        parts.append(Paragraph(DEFINITIONS))
+    return Section(title or f"Thread scaling: {view.title}", tuple(parts))
+
+
+def _threads(case: Case) -> Section | None:
+    """The case's own 1-thread and N-thread runs, where a thread-gain floor timed both."""
+    view = case_view(case.m)
+    if view is None:
+        return None
+    title = f"Threads (1 and {case.m.threads}, timed in the same rounds)"
+    return scaling_section(view, case.brief, title)
 
 
 def _throughput(case: Case) -> Section | None:
@@ -254,6 +279,7 @@ BUILDERS: tuple[Callable[[Case], Section | None], ...] = (
     _metadata,
     _instructions,
     _latency,
+    _threads,
     _throughput,
     _load,
     _categories,

@@ -7,7 +7,9 @@ Below the table, each distinct reason a gate was skipped, once. Rows are built p
 (``content.summary_row``) and carried on the test reports, so this works under pytest-xdist.
 The slowest exports and runner builds of the session, with seconds per stage, come first.
 Then, after ``--sme2-update-baselines`` or a missing baseline, every baseline file written and
-what changed in it, so the update can be reviewed before ``git diff baselines/``.
+what changed in it, so the update can be reviewed before ``git diff baselines/``. With several
+thread counts, each model × dtype's thread-scaling table and knee sentences
+(:mod:`pytest_sme2.report.scaling`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_sme2.progress import Finished
+from pytest_sme2.report.scaling import ScalingView, knee_lines, scaling_table
 
 #: How many of the session's exports and runner builds the summary lists, slowest first.
 SLOWEST = 5
@@ -29,6 +32,19 @@ def summary_lines(rows: Sequence[dict[str, str]], skipped: Sequence[str]) -> lis
     # a column only some rows have (tokens per second: language models only) reads "—" elsewhere
     lines = pd.DataFrame(list(rows)).fillna("—").to_string(index=False).splitlines()
     return lines + [f"skipped gate: {reason}" for reason in skipped]
+
+
+def scaling_lines(views: Sequence[ScalingView]) -> list[str]:
+    """Each thread-scaling view as its title, its table and its knee sentences."""
+    import pandas as pd  # deferred: only runs at session end
+
+    lines: list[str] = []
+    for view in views:
+        table = scaling_table(view)
+        frame = pd.DataFrame(list(table.rows), columns=list(table.headers))
+        lines += [f"{view.title}:", *frame.to_string(index=False).splitlines()]
+        lines += list(knee_lines(view))
+    return lines
 
 
 def baseline_change_lines(changes: Sequence[tuple[str, Sequence[str]]]) -> list[str]:

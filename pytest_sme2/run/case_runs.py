@@ -82,12 +82,15 @@ class CaseRuns:
             expected=read_tensors(expected) if expected is not None else None,
         )
 
-    def run_plan(self, runs: int, *, warmup: int, traced: bool) -> RunPlan:
-        """A runner call of ``runs`` measured executions after ``warmup``, with its deadline."""
+    def run_plan(
+        self, runs: int, *, warmup: int, traced: bool, threads: int | None = None
+    ) -> RunPlan:
+        """A runner call of ``runs`` measured executions after ``warmup`` on ``threads`` (else
+        the case's), with its deadline."""
         return RunPlan(
             runs=runs,
             warmup=warmup,
-            threads=self.plan.threads,
+            threads=threads or self.plan.threads,
             traced=traced,
             timeout_s=self.deadline.seconds(warmup + runs),
         )

@@ -209,6 +209,7 @@ def _record(
         parity=parity(measured, program.model, program.dtype, program.parity_tolerance),
         numerics=program.numerics,
         reference_ms=timing.reference_ms if timing is not None else (),
+        one_thread_ms=timing.one_thread_ms if timing is not None else {},
         model=program.model,
         dtype=program.dtype,
         threads=runs.plan.threads,

@@ -169,6 +169,9 @@ class Measurement:
     #: how much other work took the CPU from the timed runs, where time is judged
     #: (:mod:`pytest_sme2.run.disturbance`); None where the device's time means nothing
     disturbance: Disturbance | None = None
+    #: each variant's timing-only latencies at 1 thread, timed in the same rounds as
+    #: ``variants``' N-thread ones where a thread-gain floor asked for them; {} otherwise
+    one_thread_ms: Mapping[Variant, tuple[float, ...]] = field(default_factory=dict)
     comparison: Comparison | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -204,6 +207,13 @@ class Measurement:
             return None
         return counts[1] / counts[0]
 
+    @property
+    def emulated_threads(self) -> bool:
+        """Counted by an emulator with more than one thread: the instructions include the thread
+        pool's spin-wait, which varies run to run (such counts are never stored either:
+        ``run.devices.stored_counts``), so they are shown but neither judged nor recorded."""
+        return not self.device.time_meaningful and self.threads > 1
+
     def to_json(self, base: Path) -> dict[str, Any]:
         """The record as plain JSON, its file paths relative to ``base`` (the test's directory:
         the saved record stays valid when the directory is copied elsewhere)."""
@@ -220,6 +230,12 @@ class Measurement:
             "overrides": dict(self.overrides),
             "tokens": self.tokens,
             "disturbance": None if self.disturbance is None else self.disturbance.to_json(),
+            # only where timed: the records of cases without a thread-gain floor keep their shape
+            **(
+                {"one_thread_ms": {str(v): list(ms) for v, ms in self.one_thread_ms.items()}}
+                if self.one_thread_ms
+                else {}
+            ),
         }
 
     @classmethod
@@ -243,6 +259,9 @@ class Measurement:
             disturbance=None
             if data.get("disturbance") is None
             else Disturbance.from_json(data["disturbance"]),
+            one_thread_ms={
+                Variant(v): tuple(ms) for v, ms in data.get("one_thread_ms", {}).items()
+            },
         )
 
 

@@ -24,6 +24,10 @@ class MeasurePlan:
     threads: int = 1
     rounds: int = 10
     traced_runs: int = 10
+    #: also time every variant at 1 thread in the same rounds, where ``threads`` > 1: what a
+    #: thread-gain floor compares against (``judge.thread_gates``), measured beside the N-thread
+    #: runs so that the machine's state of the moment cancels in their ratio
+    with_one_thread: bool = False
     #: every runner call's deadline in seconds (``--sme2-timeout``); None: from the baseline
     #: (:mod:`pytest_sme2.run.deadline`), else the device's default
     timeout_s: float | None = None

@@ -4,14 +4,16 @@ took the CPU from them (the disturbance).
 Latency comes from timing-only runs (no event tracer: tracing costs 3–10 %), interleaved by round
 so slow drift of the machine (thermals, a neighbour's build) hits SME2-on and SME2-off alike; the
 order alternates inside rounds (on, off, off, on, …) so neither variant always goes first. The
-reference workload, timed in every round too, gives the machine's speed of the moment.
+reference workload, timed in every round too, gives the machine's speed of the moment. Where a
+thread-gain floor asks for it (``MeasurePlan.with_one_thread``), each variant's N-thread call is
+paired in its round with a 1-thread one, their order alternating too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_sme2.run.case_runs import CaseRuns
@@ -27,6 +29,16 @@ class Timing:
 
     runs: Mapping[Variant, tuple[RunResult, ...]]
     reference: tuple[RunResult, ...] = ()
+    #: each variant's 1-thread runs from the same rounds, where the plan asked for them
+    one_thread: Mapping[Variant, tuple[RunResult, ...]] = field(default_factory=dict)
+
+    @property
+    def one_thread_ms(self) -> dict[Variant, tuple[float, ...]]:
+        """Each variant's 1-thread latencies, every round's ({} where none were timed)."""
+        return {
+            variant: tuple(ms for run in runs for ms in run.latencies_ms)
+            for variant, runs in self.one_thread.items()
+        }
 
     @property
     def reference_ms(self) -> tuple[float, ...]:
@@ -39,12 +51,16 @@ def timing_rounds(runs: CaseRuns, reference: tuple[Path, Path] | None) -> Timing
     ``reference`` (a .pte and its inputs) timed after the variants of each round."""
     variants = runs.info.variants
     timed: dict[Variant, list[RunResult]] = {v: [] for v in variants}
+    one: dict[Variant, list[RunResult]] = {v: [] for v in variants} if _pairs(runs) else {}
     reference_runs: list[RunResult] = []
     for index, count in enumerate(runs.plan.runs_per_round()):
         order = variants if index % 2 == 0 else tuple(reversed(variants))
         plan = runs.run_plan(count, warmup=runs.plan.warmup, traced=False)
+        single = runs.run_plan(count, warmup=runs.plan.warmup, traced=False, threads=1)
+        calls = [(plan, timed, ""), (single, one, "-t1")][: 2 if one else 1]
         for variant in order:
-            timed[variant].append(runs.timed(variant, plan, f"{variant}-round{index}"))
+            for call, into, tag in calls if index % 2 == 0 else reversed(calls):
+                into[variant].append(runs.timed(variant, call, f"{variant}{tag}-round{index}"))
         if reference is not None:
             with runs.step(variants[-1], "reference workload"):
                 reference_runs.append(
@@ -52,7 +68,16 @@ def timing_rounds(runs: CaseRuns, reference: tuple[Path, Path] | None) -> Timing
                         *reference, variants[-1], plan, runs.workdir / f"reference-round{index}"
                     )
                 )
-    return Timing({v: tuple(found) for v, found in timed.items()}, tuple(reference_runs))
+    return Timing(
+        {v: tuple(found) for v, found in timed.items()},
+        tuple(reference_runs),
+        {v: tuple(found) for v, found in one.items()},
+    )
+
+
+def _pairs(runs: CaseRuns) -> bool:
+    """Whether each N-thread call is paired with a 1-thread one (a thread-gain floor's)."""
+    return runs.plan.with_one_thread and runs.plan.threads > 1
 
 
 @contextmanager
@@ -73,6 +98,7 @@ def disturbance(
     :mod:`pytest_sme2.run.disturbance`): every variant's timing and traced runs, and the reference
     workload's; ``load`` is the machine's CPU load over the measurement (:func:`machine_load`)."""
     found = [_series(f"{variant} timing", runs) for variant, runs in timing.runs.items()]
+    found += [_series(f"{variant} 1-thread", runs) for variant, runs in timing.one_thread.items()]
     found += [_series(f"{variant} traced", [run]) for variant, run in traced.items()]
     found.append(_series("reference workload", timing.reference))
     return Disturbance(
