@@ -27,7 +27,8 @@ accessors) took 12 s on a 568 k-event ViT trace, Inspector 28.7 s and 1.2 GB; a 
 ``struct.unpack_from`` walk took 2.1 s. This module is that walk, with one compiled ``struct``
 per vtable (``ETDumpGen`` reuses a handful of vtables for all events) and repeated names decoded
 once. Measured on a 190 k-event ViT trace (14 MB, 2 loaded cores): 0.6 s and 65 MB RSS for the
-whole process, against Inspector's 9 s import + 20 s construction and 650 MB.
+whole process, against Inspector's 9 s import + 20 s construction and 650 MB. The same walk also
+says where a run's times sit (:func:`run_slots`), for the writer that re-times a run in place.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -370,7 +372,7 @@ def _build_trace(blocks: Iterable[list[_RawEvent]], path: Path | None, where: Pa
     for raw in blocks:
         seen_block = True
         children, roots = _nest(raw, where)
-        executes = [r for r in roots if raw[r][0] == EXECUTE and not raw[r][3]]
+        executes = _executes(raw, roots)
         executed = set(executes)  # a block may hold thousands of roots: no list lookups
         if executes:
             events: list[Event] = []
@@ -386,6 +388,12 @@ def _build_trace(blocks: Iterable[list[_RawEvent]], path: Path | None, where: Pa
     if not runs:
         raise TraceError(where, f"no {EXECUTE} event: the method was loaded but never executed")
     return Trace(path=path, runs=tuple(runs), setup_events=tuple(setup))
+
+
+def _executes(raw: list[_RawEvent], roots: list[int]) -> list[int]:
+    """The block's top-level, non-delegated ``Method::execute`` events: a block holding one is
+    a run."""
+    return [r for r in roots if raw[r][0] == EXECUTE and not raw[r][3]]
 
 
 def _nest(raw: list[_RawEvent], where: Path | str) -> tuple[dict[int, list[int]], list[int]]:
@@ -436,3 +444,47 @@ def _flatten(
                 break
         else:
             stack.pop()
+
+
+#: ProfileEvent's start_time and end_time (slots from etdump_schema_flatcc.fbs).
+_TIME_FIELDS = ((6, "Q"), (7, "Q"))
+
+
+class RunSlots(NamedTuple):
+    """Where one run sits in an ETDump's bytes, for a writer that patches them in place
+    (:mod:`pytest_sme2.run.modelled_etdump`): the positions of the run_data vector's uoffsets,
+    the one of the run's block, and each of the block's profile events' (start_time, end_time)
+    positions in append order, None for a field flatbuffers left out (its value the default, 0).
+    """
+
+    vector: range
+    slot: int
+    times: tuple[tuple[int | None, int | None], ...]
+
+
+def run_slots(data: bytes, run_index: int, where: Path | str) -> RunSlots:
+    """:class:`RunSlots` of run ``run_index``, counted as :func:`parse_etdump` counts runs (a
+    ``TraceError`` when there is none): the same walk, positions kept instead of values. For
+    bytes :func:`parse_etdump` has read: a corrupt offset is its to report."""
+    reader = _BlockReader(data, where)
+    vector = _vector(data, _root_table(data, where), _ETDUMP_FIELDS, reader.cache)
+    runs = (s for s in vector if _is_run(reader.events(s + _U32(data, s)[0]), where))
+    slot = next(islice(runs, run_index, None), None)
+    if slot is None:
+        raise TraceError(where, f"no run {run_index} in its run data blocks")
+    times: list[tuple[int | None, int | None]] = []
+    time_cache: dict[int, _Reader] = {}
+    for event_slot in _vector(data, slot + _U32(data, slot)[0], _RUNDATA_FIELDS, reader.cache):
+        event = event_slot + _U32(data, event_slot)[0]
+        unpack, pick, (offset,) = _reader(data, event, _EVENT_FIELDS, reader.event_cache)
+        ref = pick((*unpack(data, event), 0))
+        if ref:  # a profile event (allocation and debug events have no times)
+            profile = event + offset + ref
+            start, end = _reader(data, profile, _TIME_FIELDS, time_cache)[2]
+            times.append((profile + start if start else None, profile + end if end else None))
+    return RunSlots(vector, slot, tuple(times))
+
+
+def _is_run(raw: list[_RawEvent], where: Path | str) -> bool:
+    """Whether a block (its events) is a run, as :func:`_build_trace` counts runs."""
+    return bool(_executes(raw, _nest(raw, where)[1]))
