@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ import pytest
 from pytest_sme2 import register_program
 from pytest_sme2.analysis.numerics import ExportNumerics
 from pytest_sme2.analysis.tolerances import TOLERANCES, tolerance_for
-from pytest_sme2.cache import cache_root
+from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export import program_files
 from pytest_sme2.judge.verdict import Status
@@ -109,9 +110,16 @@ FAST = ["--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2", "--sme2-warm
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory of both exported programs and the good one's outputs on its inputs."""
-    out = tmp_path_factory.mktemp("llama")
+def llama() -> Path:
+    """The directory of both exported programs and the good one's outputs on its inputs: a
+    cache entry (exporting takes ~90 s), keyed by the export script, the parameters and the
+    versions of the packages that export, so that a change to any of them exports afresh."""
+    versions = [metadata.version(name) for name in ("executorch", "torch", "torchao")]
+    key = content_key(EXPORT, json.dumps(PARAMS, sort_keys=True), *versions)
+    return cached_dir(CACHE / "tests" / f"export-llm-{key}", _export_llama)
+
+
+def _export_llama(out: Path) -> None:
     (out / "params.json").write_text(json.dumps(PARAMS))
     done = subprocess.run(
         [sys.executable, "-c", EXPORT, str(out / "params.json"), str(out)],
@@ -131,7 +139,6 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert run.outputs is not None
     np.save(out / "logits.npy", read_tensors(run.outputs)[0])
-    return out
 
 
 def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str) -> None:
