@@ -166,8 +166,10 @@ def runner_command(
     *,
     inputs: Path | None,
     want_outputs: bool = True,
+    libraries: Sequence[Path] = (),
 ) -> list[str]:
-    """The runner's argument list (without a device prefix) for ``plan``."""
+    """The runner's argument list (without a device prefix) for ``plan``; ``libraries`` are
+    kernel libraries the runner loads first (:mod:`pytest_sme2.runner.kernel_libraries`)."""
     command = [
         str(binary),
         "--model_path",
@@ -187,6 +189,8 @@ def runner_command(
         command += ["--inputs", str(inputs)]
     if want_outputs:
         command += ["--outputs", str(workdir / OUTPUTS_NAME)]
+    for library in libraries:
+        command += ["--kernel_library", str(library)]
     return command
 
 
@@ -202,12 +206,14 @@ def run_runner(
     env: Mapping[str, str] | None = None,
     default_timeout_s: float = DEFAULT_TIMEOUT_S,
     isolated: bool = False,
+    libraries: Sequence[Path] = (),
 ) -> RunResult:
     """Run ``model`` under ``plan``; RunnerError (stderr tail + command) if anything fails.
 
     ``prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
-    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``). The deadline
-    is ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
+    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``); the runner loads
+    ``libraries`` first (:mod:`pytest_sme2.runner.kernel_libraries`). The deadline is
+    ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
 
     ``isolated`` runs the runner in ``workdir`` under fixed names (:data:`STAGED_BINARY` and the
     model and inputs linked in) with ``env`` as its whole environment. Why: the runner's heap
@@ -219,25 +225,24 @@ def run_runner(
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
-    staged: dict[Path, Path] | None = None
+    staged = None
     if isolated:
         staged = {STAGED_BINARY: binary, STAGED_MODEL: model}
         if inputs is not None:
             staged[STAGED_INPUTS] = inputs
-        command = runner_command(
-            STAGED_BINARY,
-            STAGED_MODEL,
-            Path(),
-            plan,
-            inputs=STAGED_INPUTS if inputs is not None else None,
-            want_outputs=want_outputs,
-        )
+    command = runner_command(
+        STAGED_BINARY if isolated else binary,
+        STAGED_MODEL if isolated else model,
+        Path() if isolated else workdir,
+        plan,
+        inputs=None if inputs is None else STAGED_INPUTS if isolated else inputs,
+        want_outputs=want_outputs,
+        libraries=libraries,
+    )
+    if isolated:
         command[0] = f"./{STAGED_BINARY}"  # a name alone would be looked up on PATH
         environment = dict(env or {})
     else:
-        command = runner_command(
-            binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs
-        )
         environment = {**os.environ, **env} if env else None
     with _linked(workdir, staged or {}):
         return _run_in(
