@@ -26,12 +26,15 @@ import pytest
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.errors import RunnerError
 from pytest_sme2.export.key import package_versions
+from pytest_sme2.judge.verdict import Status
 from pytest_sme2.report.rundir import load_test_dir
+from pytest_sme2.run.devices.base import Variant
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.kernel_libraries import (
     custom_operators,
     host_custom_kernels,
     libraries_for,
+    refuse_without_kernels,
 )
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 
@@ -179,7 +182,7 @@ def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pte: Pa
     pytester.makepyfile(test_programs=TEST)
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+def _run(pytester: pytest.Pytester, *args: str, timeout_s: float = 900) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
@@ -187,7 +190,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
         f"--sme2-baseline-dir={pytester.path / 'baselines'}",
         f"--sme2-artifacts={pytester.path / 'artifacts'}",
         *args,
-        timeout=900,
+        timeout=timeout_s,
     )
 
 
@@ -210,3 +213,50 @@ def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host
         assert sdpa.category == "GEMM" and 0 < sdpa.share < 1, sdpa
         assert "native_call_update_cache.out" in operators, sorted(operators)
     assert "custom_sdpa" in report
+
+
+def test_prefill_and_decode_with_custom_kernels_are_counted_then_judged_on_qemu_sme2(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    custom_llama: Path,
+    qemu_device: object,
+) -> None:
+    """The same program emulated, with the aarch64 wheel's kernels and PyPI's aarch64 torch
+    libraries: instructions recorded, then judged unchanged (read back from the stored counts,
+    whose key holds those libraries); SME2-on and SME2-off outputs alike; ``custom_sdpa`` one
+    operator in GEMM with its share of the counted instructions."""
+    _session(pytester, monkeypatch, custom_llama)
+    device = "--sme2-device=qemu-sme2"
+    # a first count takes minutes: qemu's exec log covers the dynamic loader binding libtorch_cpu
+    # (~90,000 symbol relocations) and torch's operator registrations, before any counted call
+    _run(pytester, device, "--sme2-update-baselines", timeout_s=3600).assert_outcomes(passed=2)
+    _run(pytester, device, timeout_s=900).assert_outcomes(passed=2)  # read back: stored counts
+    for phase in ("prefill", "decode"):
+        manifest = pytester.path / f"artifacts/qemu-sme2/custom_llama_{phase}-8da4w/manifest.json"
+        measurement, verdicts = load_test_dir(manifest)
+        judged = {v.gate: v for v in verdicts}
+        assert measurement.parity is not None and measurement.parity.ok, measurement.parity
+        for variant in (Variant.ON, Variant.OFF):
+            assert judged[f"instructions[{variant}]"].status is Status.PASS, judged
+            operators = {op.name: op for op in measurement.variants[variant].profile.operators}
+            sdpa = operators["native_call_custom_sdpa.out"]
+            assert sdpa.category == "GEMM" and 0 < sdpa.share < 1, sdpa
+
+
+def test_a_device_that_cannot_load_the_kernels_says_so_in_one_line(
+    custom_llama: Path, tmp_path: Path
+) -> None:
+    """mac and android run the plugin's own runner unless given the user's: a program calling
+    ``llama::`` operators is refused there in one line saying how to give a runner with them;
+    a program without them (its operator names gone) is not."""
+    with pytest.raises(RunnerError) as refused:
+        refuse_without_kernels(custom_llama, "mac", "macOS")
+    message = str(refused.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"{custom_llama} calls ExecuTorch's LLM custom operators (")
+    assert "llama::custom_sdpa, llama::update_cache" in message
+    assert "--sme2-runner-on=PATH" in message
+    plain = tmp_path / "plain.pte"
+    plain.write_bytes(custom_llama.read_bytes().replace(b"llama::", b"other::"))
+    assert custom_operators(plain) == ()
+    refuse_without_kernels(plain, "mac", "macOS")

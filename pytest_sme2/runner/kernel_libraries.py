@@ -10,10 +10,12 @@ ExecuTorch's own, nothing is rebuilt.
 
 What it takes to load it: it also registers the operators with torch (for export), so it needs
 torch's ``libtorch_cpu.so`` and ``libc10.so`` of that platform; and it names torch's Python
-extension ``_C`` (and through it ``libtorch_python`` and libpython) as needed, though it uses
-none of its symbols. The runner therefore loads a copy whose needed list drops ``_C`` and whose
-search path names the torch and executorch libraries (``patchelf``): no libpython in the runner,
-the same kernels. Measured on the EPYC host: the load takes 0.3–0.5 s and adds about 107 MB of
+extension ``_C`` (and through it ``libtorch_python`` and libpython) and ``libtorch.so`` (on
+aarch64, PyPI's torch is a CUDA build whose ``libtorch.so`` needs ``libtorch_cuda.so``) as
+needed, though it uses none of their symbols. The runner therefore loads a copy whose needed list
+drops those two and whose search path names the torch and executorch libraries (``patchelf``):
+no libpython, no libtorch_cuda, the same kernels; a symbol they did provide would fail the load
+(``RTLD_NOW``) by name. Measured on the EPYC host: the load takes 0.3–0.5 s and adds about 107 MB of
 resident memory (libtorch), paid only by a program that calls ``llama::`` operators.
 
 A program needs it when its operator table names a ``llama::`` operator
@@ -41,7 +43,9 @@ LIBRARY = Path("extension/llm/custom_ops/libcustom_ops_aot_lib.so")
 NAMESPACE = b"llama"
 # A flatbuffer string: a little-endian uint32 length, the bytes, a NUL.
 _NAME = re.compile(NAMESPACE + rb"::[A-Za-z0-9_]+(?=\x00)")
-_PYTHON_EXTENSION = re.compile(r"^_C\.cpython-.*\.so$")
+#: Needed entries the copy drops: torch's Python extension, and the torch library whose only
+#: role is to pull in the GPU one (``libtorch_cpu.so`` holds every symbol the kernels use).
+_UNUSED = re.compile(r"^(_C\.cpython-.*\.so|libtorch\.so)$")
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,7 @@ class CustomKernels:
     def _patch(self, original: Path, out: Path) -> None:
         copy = out / original.name
         shutil.copy2(original, copy)
-        needed = _patchelf("--print-needed", str(copy)).split()
-        dropped = [name for name in needed if _PYTHON_EXTENSION.match(name)]
+        dropped = [name for name in needed_libraries(copy) if _UNUSED.match(name)]
         search = f"{self.torch_lib}:{self.executorch_dir / 'lib'}"
         arguments = [part for name in dropped for part in ("--remove-needed", name)]
         _patchelf(*arguments, "--set-rpath", search, str(copy))
@@ -123,6 +126,26 @@ def libraries_for(pte: Path, kernels: CustomKernels) -> tuple[Path, ...]:
 
 def _mapped(fileno: int) -> mmap.mmap:
     return mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
+
+
+def refuse_without_kernels(pte: Path, device: str, platform: str) -> None:
+    """RunnerError in one line where ``pte`` calls ``llama::`` operators and ``device`` runs the
+    plugin's own runner, which cannot load ExecuTorch's kernels for them there (ExecuTorch's
+    wheels ship them only for Linux): say how to give it a runner that has them."""
+    operators = custom_operators(pte)
+    if operators:
+        raise RunnerError(
+            f"{pte} calls ExecuTorch's LLM custom operators ({', '.join(operators)}), whose "
+            f"kernels the {device} device's own runner cannot load (ExecuTorch ships them for "
+            f"Linux only, as {LIBRARY.name}): give it a runner that links them (ExecuTorch's "
+            f"extension/llm/custom_ops built for {platform}) with --sme2-runner-on=PATH, or gate "
+            "the program on host or qemu-sme2"
+        )
+
+
+def needed_libraries(library: Path) -> list[str]:
+    """The names ``library``'s dynamic section lists as needed (``patchelf --print-needed``)."""
+    return _patchelf("--print-needed", str(library)).split()
 
 
 def _fingerprint(directory: Path) -> str:
