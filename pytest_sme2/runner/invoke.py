@@ -15,13 +15,22 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner import dies_with_parent
+from pytest_sme2.runner.staging import (
+    SEARCHED,
+    STAGED_BINARY,
+    STAGED_INPUTS,
+    STAGED_MODEL,
+    linked,
+    staged_files,
+    staged_libraries,
+)
 
 #: The deadline of a native run when none is given (``--sme2-timeout``): generous, since a run
 #: may hold hundreds of inferences; an emulating device sets a longer one of its own.
@@ -225,11 +234,7 @@ def run_runner(
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
-    staged = None
-    if isolated:
-        staged = {STAGED_BINARY: binary, STAGED_MODEL: model}
-        if inputs is not None:
-            staged[STAGED_INPUTS] = inputs
+    staged = staged_files(binary, model, inputs, libraries) if isolated else None
     command = runner_command(
         STAGED_BINARY if isolated else binary,
         STAGED_MODEL if isolated else model,
@@ -237,14 +242,15 @@ def run_runner(
         plan,
         inputs=None if inputs is None else STAGED_INPUTS if isolated else inputs,
         want_outputs=want_outputs,
-        libraries=libraries,
+        libraries=staged_libraries(len(libraries)) if isolated else libraries,
     )
     if isolated:
-        command[0] = f"./{STAGED_BINARY}"  # a name alone would be looked up on PATH
+        # a name alone would be looked up on PATH (the binary) or the library path (dlopen)
+        command = [f"./{part}" if part in SEARCHED else part for part in command]
         environment = dict(env or {})
     else:
         environment = {**os.environ, **env} if env else None
-    with _linked(workdir, staged or {}):
+    with linked(workdir, staged or {}):
         return _run_in(
             workdir,
             plan,
@@ -254,30 +260,6 @@ def run_runner(
             want_outputs=want_outputs,
             default_timeout_s=default_timeout_s,
         )
-
-
-#: the names an isolated run gives its binary, model and inputs in its run directory
-STAGED_BINARY, STAGED_MODEL, STAGED_INPUTS = (
-    Path("sme2_runner"),
-    Path("model.pte"),
-    Path("inputs.tensors"),
-)
-
-
-@contextlib.contextmanager
-def _linked(workdir: Path, staged: Mapping[Path, Path]) -> Iterator[None]:
-    """Symbolic links ``workdir / name`` to each target of ``staged`` while the block runs,
-    removed after it: a run directory keeps what the run wrote, not links into caches that may
-    be pruned."""
-    links = [(workdir / name, target.resolve()) for name, target in staged.items()]
-    try:
-        for link, target in links:
-            link.unlink(missing_ok=True)
-            link.symlink_to(target)
-        yield
-    finally:
-        for link, _ in links:
-            link.unlink(missing_ok=True)
 
 
 def _run_in(

@@ -65,6 +65,7 @@ class CustomKernels:
                 raise RunnerError(f"{needed}: missing; ExecuTorch's LLM custom kernels need it")
         key = content_key(
             self.target,
+            _UNUSED.pattern,  # what the copy drops: a new rule is a new copy
             original.read_bytes(),
             _fingerprint(self.torch_lib),
             _fingerprint(self.executorch_dir / "lib"),
