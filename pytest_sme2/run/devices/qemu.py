@@ -53,7 +53,7 @@ from pytest_sme2.run.devices.stored_counts import (
     store_count,
     store_dir,
 )
-from pytest_sme2.runner import invoke
+from pytest_sme2.runner import invoke, staging
 from pytest_sme2.runner.build import build_runner, executorch_version
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
 from pytest_sme2.runner.kernel_libraries import CustomKernels, custom_operators
@@ -346,6 +346,7 @@ class QemuSme2Device(Device):
             "inputs": inputs,
             "counter": Path(qemu_log.__file__),
             "invocation": Path(invoke.__file__),  # isolation: the names, the empty environment
+            "staging": Path(staging.__file__),
             **{f"host {path}": path for path in HOST_FILES},
             **self._kernel_files(model),
         }
