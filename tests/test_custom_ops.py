@@ -14,7 +14,6 @@ at position 8); kept in the shared cache like the runner's build.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_sme2.cache import cache_root, cached_dir, content_key
+from pytest_sme2.cache import cached_dir, content_key
 from pytest_sme2.errors import RunnerError
 from pytest_sme2.export.key import package_versions
 from pytest_sme2.judge.verdict import Status
@@ -37,58 +36,39 @@ from pytest_sme2.runner.kernel_libraries import (
     refuse_without_kernels,
 )
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
+from tests.test_program import CACHE, PARAMS, _run, _session
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
-#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
-CACHE = cache_root()
-
-PARAMS = {
-    "dim": 64,
-    "n_layers": 2,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "vocab_size": 512,
-    "multiple_of": 32,
-    "norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-}
-
-#: What ``python -m executorch.extension.llm.export.export_llm base.params=…
-#: model.use_kv_cache=True model.use_sdpa_with_kv_cache=True backend.xnnpack.enabled=True
-#: quantization.qmode=8da4w quantization.group_size=32 quantization.embedding_quantize=4,32 …``
-#: builds, with a seeded checkpoint (without one the norms' weights are uninitialised memory).
-EXPORT = """
+#: A seeded checkpoint for the exporter: without one it leaves the norms' weights uninitialised
+#: (every logit came out -inf, see tests/test_program.py).
+CHECKPOINT = """
 import json
 import sys
 
 import torch
-from executorch.examples.models.llama.export_llama_lib import export_llama
 from executorch.examples.models.llama.llama_transformer import construct_transformer
 from executorch.examples.models.llama.model_args import ModelArgs
-from executorch.extension.llm.export.config.llm_config import LlmConfig
 
-params, out = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
-args = ModelArgs(**json.load(open(params)), max_seq_len=32, max_context_len=32)
-torch.save(construct_transformer(args).state_dict(), f"{out}/weights.pth")
-config = LlmConfig()
-config.base.params = params
-config.base.checkpoint = f"{out}/weights.pth"
-config.model.use_kv_cache = True
-config.model.use_sdpa_with_kv_cache = True
-config.model.enable_dynamic_shape = True
-config.backend.xnnpack.enabled = True
-config.quantization.qmode = "8da4w"
-config.quantization.group_size = 32
-config.quantization.embedding_quantize = "4,32"
-config.export.max_seq_length = 32
-config.export.max_context_length = 32
-config.export.output_dir = out
-config.export.output_name = f"{out}/custom_llama.pte"
-export_llama(config)
+args = ModelArgs(**json.load(open(sys.argv[1])), max_seq_len=32, max_context_len=32)
+torch.save(construct_transformer(args).state_dict(), sys.argv[2])
 """
+
+#: ``python -m executorch.extension.llm.export.export_llm`` with what ExecuTorch's LLM docs
+#: recommend for speed: the custom SDPA and KV cache (``use_sdpa_with_kv_cache``), 8da4w linears,
+#: 4-bit embeddings; dynamic sequence length, so one program serves the prefill and the decode.
+OVERRIDES = (
+    "model.use_kv_cache=True",
+    "model.use_sdpa_with_kv_cache=True",
+    "model.enable_dynamic_shape=True",
+    "backend.xnnpack.enabled=True",
+    "quantization.qmode=8da4w",
+    "quantization.group_size=32",
+    "quantization.embedding_quantize='4,32'",
+    "export.max_seq_length=32",
+    "export.max_context_length=32",
+)
 
 PROMPT = 8
 
@@ -97,41 +77,35 @@ INPUTS = f"""
 import numpy as np
 
 
-def prefill_inputs(seed):
+def custom_prefill(seed):
     tokens = (np.arange({PROMPT}, dtype=np.int64) * 37 + seed) % 500 + 1
     return (tokens.reshape(1, {PROMPT}), np.array([0], dtype=np.int64))
 
 
-def decode_inputs(seed):
+def custom_decode(seed):
     return (np.array([[seed % 500 + 1]], dtype=np.int64), np.array([{PROMPT}], dtype=np.int64))
 """
 
-TEST = """
-def test_model(sme2_measurement, sme2_judge):
-    sme2_judge(sme2_measurement)
-"""
-
-FAST = ["--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2", "--sme2-warmup=1"]
-
 
 def _export(out: Path) -> None:
-    (out / "params.json").write_text(json.dumps(PARAMS))
-    done = subprocess.run(
-        [sys.executable, "-c", EXPORT, str(out / "params.json"), str(out)],
-        cwd=out,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (out / "weights.pth").unlink()
+    params, checkpoint, pte = out / "params.json", out / "weights.pth", out / "custom_llama.pte"
+    params.write_text(json.dumps(PARAMS))
+    export = ["-m", "executorch.extension.llm.export.export_llm"]
+    export += [f"base.params={params}", f"base.checkpoint={checkpoint}", *OVERRIDES]
+    export += [f"export.output_dir={out}", f"export.output_name={pte}"]
+    for arguments in (["-c", CHECKPOINT, str(params), str(checkpoint)], export):
+        done = subprocess.run(
+            [sys.executable, *arguments], cwd=out, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    checkpoint.unlink()
 
 
 @pytest.fixture(scope="module")
 def custom_llama() -> Path:
     """The exported program, once per exporter version and script (in the shared cache)."""
     versions = json.dumps(package_versions(), sort_keys=True)
-    key = content_key(EXPORT, json.dumps(PARAMS), versions)
+    key = content_key(CHECKPOINT, *OVERRIDES, json.dumps(PARAMS), versions)
     return cached_dir(CACHE / "tests" / f"custom-llama-{key}", _export) / "custom_llama.pte"
 
 
@@ -163,35 +137,21 @@ def test_the_program_names_the_custom_operators_and_the_runner_loads_their_kerne
     assert timings["kernel_libraries_ms"] > 0
 
 
-def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pte: Path) -> None:
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+def _register(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pte: Path) -> None:
+    """An inner session registering the prefill and the decode step of ``pte``."""
     register = f"""
         from pytest_sme2 import register_program
 
         register_program(
-            "custom_llama_prefill", pte={str(pte)!r}, inputs=prefill_inputs, dtype="8da4w",
+            "custom_llama_prefill", pte={str(pte)!r}, inputs=custom_prefill, dtype="8da4w",
             tokens={PROMPT},
         )
         register_program(
-            "custom_llama_decode", pte={str(pte)!r}, inputs=decode_inputs, dtype="8da4w",
+            "custom_llama_decode", pte={str(pte)!r}, inputs=custom_decode, dtype="8da4w",
             tokens=1,
         )
         """
-    pytester.makeconftest(INPUTS + textwrap.dedent(register))
-    pytester.makepyfile(test_programs=TEST)
-
-
-def _run(pytester: pytest.Pytester, *args: str, timeout_s: float = 900) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        *FAST,
-        f"--sme2-baseline-dir={pytester.path / 'baselines'}",
-        f"--sme2-artifacts={pytester.path / 'artifacts'}",
-        *args,
-        timeout=timeout_s,
-    )
+    _session(pytester, monkeypatch, INPUTS + textwrap.dedent(register))
 
 
 def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host(
@@ -200,7 +160,7 @@ def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host
     """Both phases recorded, then judged unchanged; each profile holds ``custom_sdpa`` as one
     operator in GEMM (attention) and ``update_cache`` as a cache write, and report.md shows
     them with their shares."""
-    _session(pytester, monkeypatch, custom_llama)
+    _register(pytester, monkeypatch, custom_llama)
     _run(pytester, "--sme2-update-baselines").assert_outcomes(passed=2)
     _run(pytester).assert_outcomes(passed=2)
     report = (pytester.path / "artifacts/report.md").read_text()
@@ -225,7 +185,7 @@ def test_prefill_and_decode_with_custom_kernels_are_counted_then_judged_on_qemu_
     libraries: instructions recorded, then judged unchanged (read back from the stored counts,
     whose key holds those libraries); SME2-on and SME2-off outputs alike; ``custom_sdpa`` one
     operator in GEMM with its share of the counted instructions."""
-    _session(pytester, monkeypatch, custom_llama)
+    _register(pytester, monkeypatch, custom_llama)
     device = "--sme2-device=qemu-sme2"
     # a first count takes minutes: qemu's exec log covers the dynamic loader binding libtorch_cpu
     # (~90,000 symbol relocations) and torch's operator registrations, before any counted call

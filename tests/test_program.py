@@ -142,7 +142,7 @@ def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftes
     pytester.makepyfile(test_programs=TEST)
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+def _run(pytester: pytest.Pytester, *args: str, timeout_s: float = 900) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
@@ -150,7 +150,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
         f"--sme2-baseline-dir={pytester.path / 'baselines'}",
         f"--sme2-artifacts={pytester.path / 'artifacts'}",
         *args,
-        timeout=900,
+        timeout=timeout_s,
     )
 
 
