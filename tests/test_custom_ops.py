@@ -121,7 +121,7 @@ def test_the_program_names_the_custom_operators_and_the_runner_loads_their_kerne
         run_runner(
             runner, custom_llama, tmp_path / "bare", plan, inputs=tmp_path / "inputs.tensors"
         )
-    libraries = libraries_for(custom_llama, host_custom_kernels())
+    libraries = libraries_for(custom_llama, host_custom_kernels)
     run = run_runner(
         runner,
         custom_llama,

@@ -316,7 +316,7 @@ def _run_once(spec: ProgramSpec, inputs: Path) -> list[np.ndarray]:
                 Path(work),
                 RunPlan(runs=1, warmup=0, threads=1, traced=False),
                 inputs=inputs,
-                libraries=libraries_for(spec.pte, host_custom_kernels()),
+                libraries=libraries_for(spec.pte, host_custom_kernels),
             )
         except RunnerError as err:
             log = Path(work, "runner.log")

@@ -154,5 +154,5 @@ class HostDevice(Device):
     ) -> RunResult:
         self.prepare()
         assert self._binary is not None
-        libraries = libraries_for(model, host_custom_kernels())  # llama:: operators: ExecuTorch's
+        libraries = libraries_for(model, host_custom_kernels)  # llama:: operators: ExecuTorch's
         return run_runner(self._binary, model, workdir, plan, inputs=inputs, libraries=libraries)
