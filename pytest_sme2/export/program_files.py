@@ -15,7 +15,7 @@ inputs' (and expected outputs') bytes, so a re-exported program is never served 
 
 A program is checked before anything is measured, by one execution in the native host runner:
 a file that is no program, is truncated or of another ExecuTorch version, inputs that do not
-match its input specs, an operator the runner does not link (``llama::custom_sdpa``) or outputs
+match its input specs, an operator the runner has no kernel for or outputs
 off the expected ones each fail its case in one line (:class:`ProgramError`) naming the file
 and what to do; the session's other cases go on.
 """
@@ -269,29 +269,11 @@ def _check(
 ) -> None:
     """Run the program once on its inputs in the host runner and write the entry into ``out``
     (manifest last): the inputs, the expected outputs and their per-output errors."""
-    from pytest_sme2.runner import RunPlan, build_runner, run_runner
-
     (out / "inputs.tensors").write_bytes(inputs_bytes)
     if expected is not None:
         (out / "expected_outputs.tensors").write_bytes(expected_bytes)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="sme2-program-") as work:
-        try:
-            result = run_runner(
-                build_runner("host"),
-                spec.pte,
-                Path(work),
-                RunPlan(runs=1, warmup=0, threads=1, traced=False),
-                inputs=out / "inputs.tensors",
-            )
-        except RunnerError as err:
-            log = Path(work, "runner.log")
-            said = log.read_text(errors="replace") if log.is_file() else str(err)
-            raise ProgramError(
-                spec.name, spec.pte, _problem(said, out / "inputs.tensors")
-            ) from None
-        assert result.outputs is not None
-        outputs = read_tensors(result.outputs)
+    outputs = _run_once(spec, out / "inputs.tensors")
     errors = None
     if expected is not None:
         try:
@@ -320,16 +302,40 @@ def _check(
     write_atomic(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
 
 
+def _run_once(spec: ProgramSpec, inputs: Path) -> list[np.ndarray]:
+    """The program's outputs on ``inputs`` in the host runner (with ExecuTorch's LLM custom
+    kernels where it calls ``llama::`` operators); ProgramError in one line if it cannot run."""
+    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+    from pytest_sme2.runner.kernel_libraries import host_custom_kernels, libraries_for
+
+    with tempfile.TemporaryDirectory(prefix="sme2-program-") as work:
+        try:
+            result = run_runner(
+                build_runner("host"),
+                spec.pte,
+                Path(work),
+                RunPlan(runs=1, warmup=0, threads=1, traced=False),
+                inputs=inputs,
+                libraries=libraries_for(spec.pte, host_custom_kernels),
+            )
+        except RunnerError as err:
+            log = Path(work, "runner.log")
+            said = log.read_text(errors="replace") if log.is_file() else str(err)
+            raise ProgramError(spec.name, spec.pte, _problem(said, inputs)) from None
+        assert result.outputs is not None
+        return read_tensors(result.outputs)
+
+
 def _problem(log: str, inputs: Path) -> str:
     """The runner's failure as what is wrong with the program and what to do about it."""
     missing = sorted(set(_MISSING_OPERATOR.findall(log)))
     if missing:
         return (
             f"needs operator(s) {', '.join(missing)} that sme2_runner does not link (it has "
-            "ExecuTorch's portable, optimized and quantized kernels and XNNPACK): re-export "
-            "without them (export_llm: model.use_sdpa_with_kv_cache=False), or link their "
-            "kernel library (llama::*: ExecuTorch's extension/llm/custom_ops, whole-archive) "
-            "into a runner built from pytest_sme2/runner/CMakeLists.txt"
+            "ExecuTorch's portable, optimized and quantized kernels, XNNPACK, and loads "
+            "ExecuTorch's LLM custom ops for llama:: operators): re-export without them, or "
+            "link their kernel library into a runner built from "
+            "pytest_sme2/runner/CMakeLists.txt"
         )
     said = [line.strip() for line in log.splitlines() if line.strip().startswith("error:")]
     if not said:

@@ -15,13 +15,22 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.runner import dies_with_parent
+from pytest_sme2.runner.staging import (
+    SEARCHED,
+    STAGED_BINARY,
+    STAGED_INPUTS,
+    STAGED_MODEL,
+    linked,
+    staged_files,
+    staged_libraries,
+)
 
 #: The deadline of a native run when none is given (``--sme2-timeout``): generous, since a run
 #: may hold hundreds of inferences; an emulating device sets a longer one of its own.
@@ -166,8 +175,10 @@ def runner_command(
     *,
     inputs: Path | None,
     want_outputs: bool = True,
+    libraries: Sequence[Path] = (),
 ) -> list[str]:
-    """The runner's argument list (without a device prefix) for ``plan``."""
+    """The runner's argument list (without a device prefix) for ``plan``; ``libraries`` are
+    kernel libraries the runner loads first (:mod:`pytest_sme2.runner.kernel_libraries`)."""
     command = [
         str(binary),
         "--model_path",
@@ -187,6 +198,8 @@ def runner_command(
         command += ["--inputs", str(inputs)]
     if want_outputs:
         command += ["--outputs", str(workdir / OUTPUTS_NAME)]
+    for library in libraries:
+        command += ["--kernel_library", str(library)]
     return command
 
 
@@ -202,12 +215,14 @@ def run_runner(
     env: Mapping[str, str] | None = None,
     default_timeout_s: float = DEFAULT_TIMEOUT_S,
     isolated: bool = False,
+    libraries: Sequence[Path] = (),
 ) -> RunResult:
     """Run ``model`` under ``plan``; RunnerError (stderr tail + command) if anything fails.
 
     ``prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
-    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``). The deadline
-    is ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
+    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``); the runner loads
+    ``libraries`` first (:mod:`pytest_sme2.runner.kernel_libraries`). The deadline is
+    ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
 
     ``isolated`` runs the runner in ``workdir`` under fixed names (:data:`STAGED_BINARY` and the
     model and inputs linked in) with ``env`` as its whole environment. Why: the runner's heap
@@ -219,27 +234,23 @@ def run_runner(
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
-    staged: dict[Path, Path] | None = None
+    staged = staged_files(binary, model, inputs, libraries) if isolated else None
+    command = runner_command(
+        STAGED_BINARY if isolated else binary,
+        STAGED_MODEL if isolated else model,
+        Path() if isolated else workdir,
+        plan,
+        inputs=None if inputs is None else STAGED_INPUTS if isolated else inputs,
+        want_outputs=want_outputs,
+        libraries=staged_libraries(len(libraries)) if isolated else libraries,
+    )
     if isolated:
-        staged = {STAGED_BINARY: binary, STAGED_MODEL: model}
-        if inputs is not None:
-            staged[STAGED_INPUTS] = inputs
-        command = runner_command(
-            STAGED_BINARY,
-            STAGED_MODEL,
-            Path(),
-            plan,
-            inputs=STAGED_INPUTS if inputs is not None else None,
-            want_outputs=want_outputs,
-        )
-        command[0] = f"./{STAGED_BINARY}"  # a name alone would be looked up on PATH
+        # a name alone would be looked up on PATH (the binary) or the library path (dlopen)
+        command = [f"./{part}" if part in SEARCHED else part for part in command]
         environment = dict(env or {})
     else:
-        command = runner_command(
-            binary, model, workdir, plan, inputs=inputs, want_outputs=want_outputs
-        )
         environment = {**os.environ, **env} if env else None
-    with _linked(workdir, staged or {}):
+    with linked(workdir, staged or {}):
         return _run_in(
             workdir,
             plan,
@@ -249,30 +260,6 @@ def run_runner(
             want_outputs=want_outputs,
             default_timeout_s=default_timeout_s,
         )
-
-
-#: the names an isolated run gives its binary, model and inputs in its run directory
-STAGED_BINARY, STAGED_MODEL, STAGED_INPUTS = (
-    Path("sme2_runner"),
-    Path("model.pte"),
-    Path("inputs.tensors"),
-)
-
-
-@contextlib.contextmanager
-def _linked(workdir: Path, staged: Mapping[Path, Path]) -> Iterator[None]:
-    """Symbolic links ``workdir / name`` to each target of ``staged`` while the block runs,
-    removed after it: a run directory keeps what the run wrote, not links into caches that may
-    be pruned."""
-    links = [(workdir / name, target.resolve()) for name, target in staged.items()]
-    try:
-        for link, target in links:
-            link.unlink(missing_ok=True)
-            link.symlink_to(target)
-        yield
-    finally:
-        for link, _ in links:
-            link.unlink(missing_ok=True)
 
 
 def _run_in(

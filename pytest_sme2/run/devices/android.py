@@ -69,6 +69,7 @@ from pytest_sme2.runner.invoke import (
     runner_tail,
     save_log,
 )
+from pytest_sme2.runner.kernel_libraries import refuse_without_kernels
 
 DEFAULT_DEVICE_DIR = "/data/local/tmp/pytest-sme2"
 SERIAL_ENV = "ANDROID_SERIAL"
@@ -379,6 +380,8 @@ class AndroidDevice(Device):
         bundle = self._bundles.get(variant)
         if bundle is None:
             raise RunnerError(f"android device {self.serial} cannot run {variant}")
+        if self.runner_on is None:
+            refuse_without_kernels(model, self.label, "Android")
         remote_model, remote_inputs = self._push_file(model), self._push_file(inputs)
         remote_dir = self.device_dir / "runs" / f"{os.getpid()}-{next(self._runs)}"
         argv = runner_command(

@@ -12,6 +12,7 @@ from pathlib import Path
 from pytest_sme2.run.devices.base import Device, DeviceInfo, OptionGetter, Variant
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+from pytest_sme2.runner.kernel_libraries import host_custom_kernels, libraries_for
 
 
 def cpu_model() -> str:
@@ -153,4 +154,5 @@ class HostDevice(Device):
     ) -> RunResult:
         self.prepare()
         assert self._binary is not None
-        return run_runner(self._binary, model, workdir, plan, inputs=inputs)
+        libraries = libraries_for(model, host_custom_kernels)  # llama:: operators: ExecuTorch's
+        return run_runner(self._binary, model, workdir, plan, inputs=inputs, libraries=libraries)

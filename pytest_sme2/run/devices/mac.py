@@ -27,6 +27,7 @@ from pytest_sme2.run.devices.kernel_log import KernelLogs
 from pytest_sme2.run.devices.runner_pair import RUNNER_SPEC_KEYS, add_runner_options
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, RunPlan, RunResult, run_runner, run_step
+from pytest_sme2.runner.kernel_libraries import refuse_without_kernels
 
 SHIM_SOURCE = Path(__file__).resolve().parent / "shim" / "mac_hide_sme.c"
 SME_KEYS = ("hw.optional.arm.FEAT_SME", "hw.optional.arm.FEAT_SME2")
@@ -195,6 +196,8 @@ class MacDevice(Device):
         runner = self._runners.get(variant)
         if runner is None:
             raise RunnerError(f"the mac device cannot run {variant} (its CPU has no SME2)")
+        if self.runner_on is None:
+            refuse_without_kernels(model, self.label, "macOS")
         env = variant_environment(variant, self._shim)  # no shim with a runner pair
         result = run_runner(runner, model, workdir, plan, inputs=inputs, env=env)
         self._kernels.add(model, variant, result.log.splitlines())

@@ -395,23 +395,8 @@ def _aarch64_wheel(root: Path, log: Callable[[str], None]) -> Path:
 
 
 def _fetch_wheel(out: Path, version: str, python: str, log: Callable[[str], None]) -> None:
-    download = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform",
-        _WHEEL_PLATFORM,
-        "--python-version",
-        python,
-        "--dest",
-        str(out / "wheel"),
-        f"executorch=={version}",
-    ]
     log(f"qemu-sme2: downloading the aarch64 executorch {version} wheel")
-    _run(download, " ".join(["pip", *download[3:]]), _DOWNLOAD_TIMEOUT_S)
+    pip_download(out / "wheel", f"executorch=={version}", (_WHEEL_PLATFORM,), python)
     (wheel,) = (out / "wheel").glob("executorch-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(out, [n for n in archive.namelist() if n.startswith("executorch/")])
@@ -421,6 +406,19 @@ def _fetch_wheel(out: Path, version: str, python: str, log: Callable[[str], None
         raise RunnerError(
             f"{wheel.name}: no {config.relative_to(out)}; cannot cross-build against it"
         )
+
+
+def pip_download(
+    dest: Path, requirement: str, platforms: Sequence[str], python: str, *, deps: bool = False
+) -> None:
+    """Download the aarch64 wheels of ``requirement`` into ``dest`` with pip (binary wheels for
+    ``platforms`` and ``python``; with their dependencies where ``deps``)."""
+    download = [sys.executable, "-m", "pip", "download", "--only-binary=:all:"]
+    download += [] if deps else ["--no-deps"]
+    for platform in platforms:
+        download += ["--platform", platform]
+    download += ["--python-version", python, "--dest", str(dest), requirement]
+    _run(download, " ".join(["pip", *download[3:]]), _DOWNLOAD_TIMEOUT_S)
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pytest_sme2.run.devices.provision import (
     qemu_command,
     read_hwcaps,
 )
+from pytest_sme2.run.devices.qemu_kernels import aarch64_custom_kernels
 from pytest_sme2.run.devices.qemu_log import (
     EXECUTE_SYMBOL,
     INIT_SYMBOL,
@@ -52,9 +53,10 @@ from pytest_sme2.run.devices.stored_counts import (
     store_count,
     store_dir,
 )
-from pytest_sme2.runner import invoke
+from pytest_sme2.runner import invoke, staging
 from pytest_sme2.runner.build import build_runner, executorch_version
 from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+from pytest_sme2.runner.kernel_libraries import CustomKernels, custom_operators
 
 SME_VECTOR_LENGTHS = (16, 32, 64)
 """Streaming vector lengths in bytes the wheel's KleidiAI kernels run with (128 crashes them)."""
@@ -111,6 +113,7 @@ class QemuSme2Device(Device):
         self.recount = recount
         self._toolchain: QemuToolchain | None = None
         self._binary: Path | None = None
+        self._kernels: CustomKernels | None = None
 
     spec_keys: ClassVar[Mapping[str, str]] = {"qemu": "sme2_qemu", "vl": "sme2_qemu_vl"}
 
@@ -204,6 +207,24 @@ class QemuSme2Device(Device):
             },
         )
 
+    def _libraries(self, model: Path) -> tuple[Path, ...]:
+        """ExecuTorch's aarch64 LLM custom kernels where ``model`` calls ``llama::`` operators
+        (their torch libraries fetched on first need), else none."""
+        if not custom_operators(model):
+            return ()
+        if self._kernels is None:
+            self._kernels = aarch64_custom_kernels(self._prepared()[0].executorch_dir)
+        return (self._kernels.library(),)
+
+    def _kernel_files(self, model: Path) -> dict[str, Path]:
+        """What a run of ``model`` loads beyond the wheel, for the stored counts' key: the custom
+        kernels' library and the torch libraries it loads (nothing for most programs)."""
+        libraries = self._libraries(model)
+        if not libraries or self._kernels is None:
+            return {}
+        site = self._kernels.torch_lib.parents[1]  # torch/lib and nvidia/*/lib
+        return {"kernel library": libraries[0], "torch libraries": site}
+
     def _prefix(self, variant: Variant, exec_log: Path | None = None) -> list[str]:
         toolchain, _ = self._prepared()
         return qemu_command(
@@ -227,6 +248,7 @@ class QemuSme2Device(Device):
             prefix=prefix,
             default_timeout_s=EMULATED_TIMEOUT_S,
             isolated=True,
+            libraries=self._libraries(model),
         )
 
     def evidence(
@@ -324,7 +346,9 @@ class QemuSme2Device(Device):
             "inputs": inputs,
             "counter": Path(qemu_log.__file__),
             "invocation": Path(invoke.__file__),  # isolation: the names, the empty environment
+            "staging": Path(staging.__file__),
             **{f"host {path}": path for path in HOST_FILES},
+            **self._kernel_files(model),
         }
         arguments = self._prefix(variant, exec_log=Path("exec-log"))
         return count_key(
@@ -366,6 +390,7 @@ class QemuSme2Device(Device):
                     prefix=self._prefix(variant, exec_log=fifo),
                     default_timeout_s=EMULATED_TIMEOUT_S,
                     isolated=True,
+                    libraries=self._libraries(model),
                 ),
             )
         finally:
