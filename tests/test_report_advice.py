@@ -4,6 +4,7 @@ delegate, which leads the delegation view when it dominates."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from pytest_sme2.analysis.attribution import OperatorKernels
@@ -203,3 +204,34 @@ def test_a_vision_models_broadcast_copy_is_no_kv_repeat_and_its_transposes_are_l
     layout = (("Convolution (NHWC, PF32) IGEMM", 1.0), ("Transpose (ND, X32)", 0.6))
     said = " ".join(advice.recommendations(_with_ops(measurement(), layout)))
     assert "Layout churn: Data Movement is" in said and "channels-last" in said
+
+
+#: The same decode step exported with ExecuTorch's custom SDPA and KV cache (export_llm's
+#: use_sdpa_with_kv_cache): attention and the cache write are llama:: kernels outside the
+#: delegate, as tests/test_custom_ops.py measures them; a cast is left outside beside them
+CUSTOM_KERNEL_OPS = (
+    ("Fully Connected (NC, PF32) GEMM", 1.0),
+    ("native_call_custom_sdpa.out", 0.9),
+    ("native_call_update_cache.out", 0.6),
+    ("native_call__to_dim_order_copy.out", 0.3),
+)
+
+
+def test_a_program_with_the_llm_kernels_is_not_told_to_export_with_them_or_delegate_them() -> None:
+    said = advice.recommendations(replace(_with_ops(measurement(), CUSTOM_KERNEL_OPS), tokens=1))
+    text = " ".join(said)
+    assert "use_sdpa_with_kv_cache" not in text and "--use_custom_sdpa" not in text
+    (outside,) = [s for s in said if "outside the delegate" in s]
+    # the cast is told to become delegable; the LLM kernels are named as what they are
+    delegable = outside.split("Make these operators delegable")[0]
+    assert "native_call__to_dim_order_copy.out" in delegable
+    assert "custom_sdpa" not in delegable and "update_cache" not in delegable
+    assert re.search(
+        r"native_call_custom_sdpa\.out \([\d.]+%\), native_call_update_cache\.out \([\d.]+%\) are "
+        r"ExecuTorch's LLM kernels \(llama::.*outside the delegate by design",
+        outside,
+    ), outside
+    # and only they outside: nothing to make delegable
+    alone = (CUSTOM_KERNEL_OPS[0], CUSTOM_KERNEL_OPS[1], CUSTOM_KERNEL_OPS[2])
+    said = " ".join(advice.recommendations(replace(_with_ops(measurement(), alone), tokens=1)))
+    assert "delegable" not in said and "outside the delegate by design" in said

@@ -67,6 +67,22 @@ def operator_role(name: str, *, decoder: bool) -> str | None:
     return BROADCAST if role == KV_REPEAT and not decoder else role
 
 
+#: ExecuTorch's LLM kernels (``extension/llm/custom_ops``, the ``llama::`` operators): export_llm's
+#: ``use_sdpa_with_kv_cache`` and optimum-executorch's ``--use_custom_sdpa --use_custom_kv_cache``
+#: put attention and the cache write in them on purpose, outside any delegate — advice to make
+#: them delegable, or to export with them, would be wrong for a program that has them.
+LLM_KERNELS = frozenset(
+    {"custom_sdpa", "sdpa_with_kv_cache", "custom_quantized_sdpa", "update_cache"}
+    | {"update_cache_with_indices"}
+)
+
+
+def is_llm_kernel(name: str) -> bool:
+    """Whether the event ``name`` is one of ExecuTorch's LLM kernels (:data:`LLM_KERNELS`)."""
+    op = parse_op_name(name)
+    return op.source == "native" and op.operator in LLM_KERNELS
+
+
 def is_decoder(names: Iterable[str], tokens: int | None) -> bool:
     """Whether a program is a language model's phase: it has tokens, or writes a cache."""
     return tokens is not None or any(

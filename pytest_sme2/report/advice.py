@@ -31,6 +31,7 @@ from pytest_sme2.analysis.roles import (
     ROLE_TEXT,
     SOFTMAX,
     is_decoder,
+    is_llm_kernel,
     operator_role,
 )
 from pytest_sme2.report.content import non_delegated
@@ -85,7 +86,7 @@ def _data_movement(m: Measurement) -> str | None:
         return None
     if transpose_share < shares[DATA_MOVEMENT] / 2:
         head = f"Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant})"
-        return _by_role(head, dm_ops, per_run, _decoder(m))
+        return _by_role(head, dm_ops, per_run, _decoder(m), _llm_kernels(prof))
     top = ", ".join(f"{op.name} ×{per_run[op.name]:g} ({pct(op.share)})" for op in dm_ops[:3])
     return (
         f"Layout churn: Data Movement is {pct(shares[DATA_MOVEMENT])} of E2E ({variant}) with "
@@ -109,13 +110,26 @@ _REMEDIES = {
 }
 
 
+def _llm_kernels(prof: Profile) -> bool:
+    """Whether the program runs ExecuTorch's LLM kernels (``llama::custom_sdpa`` …)."""
+    return any(is_llm_kernel(op.name) for op in prof.operators)
+
+
 def _decoder(m: Measurement) -> bool:
     return is_decoder((op.name for op in m.variants[m.headline].profile.operators), m.tokens)
 
 
-def _by_role(head: str, ops: list[OperatorStat], per_run: dict[str, float], decoder: bool) -> str:
+def _by_role(
+    head: str,
+    ops: list[OperatorStat],
+    per_run: dict[str, float],
+    decoder: bool,
+    custom_kernels: bool,
+) -> str:
     """``head``, then the largest of ``ops`` (at least 1 % of E2E) each with what it is doing
-    (:func:`operator_role`), then what removes the roles that hold a bottleneck's share."""
+    (:func:`operator_role`), then what removes the roles that hold a bottleneck's share — not
+    the custom SDPA to a program that already runs ExecuTorch's LLM kernels
+    (``custom_kernels``)."""
     shown = [op for op in sorted(ops, key=lambda op: -op.share) if op.share >= 0.01][:4]
     roles = [operator_role(op.name, decoder=decoder) for op in shown]
     named = "; ".join(
@@ -130,7 +144,8 @@ def _by_role(head: str, ops: list[OperatorStat], per_run: dict[str, float], deco
     remedies = [
         _REMEDIES[role]
         for role in share
-        if share[role] >= BOTTLENECK_SHARE and (decoder or _REMEDIES[role] != _CUSTOM_SDPA)
+        if share[role] >= BOTTLENECK_SHARE
+        and (_REMEDIES[role] != _CUSTOM_SDPA or (decoder and not custom_kernels))
     ]
     return f"{head}: {named}." + "".join(f" {text}" for text in dict.fromkeys(remedies))
 
@@ -142,13 +157,22 @@ def _outside_delegate(m: Measurement) -> str | None:
     if not prof.latency.mean_ms or prof.non_delegated_ms / prof.latency.mean_ms < BOTTLENECK_SHARE:
         return None
     outside = non_delegated(m, variant)
-    names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in outside[:4])
-    return (
-        f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
-        f"({ms(prof.non_delegated_ms)} {prof.unit}/run): {names}. Make these operators "
-        "delegable (a supported op or dtype, or a decomposition XNNPACK lowers), or they stay "
-        "on ExecuTorch's own kernels with no SME2."
-    )
+    kernels = [op for op in outside if is_llm_kernel(op.name)]
+    others = [op for op in outside if not is_llm_kernel(op.name)]
+    said = f"{pct(prof.non_delegated_ms / prof.latency.mean_ms)} of E2E runs outside the delegate "
+    said += f"({ms(prof.non_delegated_ms)} {prof.unit}/run)"
+    if others:
+        names = ", ".join(f"{op.name} ({ms(op.per_run_ms)} {prof.unit}/run)" for op in others[:4])
+        said += f": {names}. Make these operators delegable (a supported op or dtype, or a "
+        said += (
+            "decomposition XNNPACK lowers), or they stay on ExecuTorch's own kernels with no SME2"
+        )
+    if kernels:
+        names = ", ".join(f"{op.name} ({pct(op.share)})" for op in kernels)
+        said += f"{';' if others else ':'} {names} {'is' if len(kernels) == 1 else 'are'} "
+        said += "ExecuTorch's LLM kernels (llama::, the exporter's custom SDPA and KV cache), "
+        said += "outside the delegate by design: attention and the cache write run there"
+    return said + "."
 
 
 def _split_graph(m: Measurement) -> str | None:
@@ -212,7 +236,8 @@ def _elementwise(prof: Profile, decoder: bool) -> str:
     masks = sum(op.share for op in ops if operator_role(op.name, decoder=decoder) == MASK)
     if masks >= prof.shares[ELEMENTWISE] / 2:
         per_run = {op.name: op.count / prof.runs for op in ops}
-        return _by_role(f"Elementwise is {share} of E2E", ops, per_run, decoder)
+        head = f"Elementwise is {share} of E2E"
+        return _by_role(head, ops, per_run, decoder, _llm_kernels(prof))
     return (
         f"Elementwise is {share} of E2E: fuse activations and bias adds into the preceding "
         "convolution / linear (XNNPACK fuses clamp-like activations)."
