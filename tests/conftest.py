@@ -44,6 +44,9 @@ def inner_sessions_spare_plugins() -> Iterator[None]:
         yield
 
 
+#: The short plan of :data:`INNER_DEFAULTS`.
+INNER_PLAN = ("--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2")
+
 #: What every inner session runs with unless its test says otherwise (a later flag wins):
 #: time judged beside the other worker (see :func:`pytester`); the host alone, where the default
 #: (auto) adds qemu-sme2 on this CPU; and category shares opened wide — the inner models run in
@@ -59,7 +62,7 @@ INNER_DEFAULTS = (
     "--sme2-judge-disturbed",
     "--sme2-device=host",
     "--sme2-share-tolerance=100",
-    *("--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2"),
+    *INNER_PLAN,
 )
 
 

@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from tests.conftest import INNER_DEFAULTS, INNER_PLAN
+
 pytest_plugins = ["pytester"]
 
 CONFTEST = """
@@ -95,7 +97,10 @@ def test_help_lists_every_option_in_its_group(pytester):
     assert "sme2_runs (string):" in out  # each option has an ini twin
 
 
-def test_ini_values_apply_and_the_command_line_wins(pytester):
+def test_ini_values_apply_and_the_command_line_wins(pytester, monkeypatch):
+    # the ini's runs, not the inner sessions' short plan (PYTEST_ADDOPTS beats an ini value)
+    inner = [flag for flag in INNER_DEFAULTS if flag not in INNER_PLAN]
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(inner))
     pytester.makeini(
         "[pytest]\nsme2_runs = 7\nsme2_threads = 1, 2\nsme2_strict = true\n"
         "sme2_init_time_tolerance = 20\n"
