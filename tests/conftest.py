@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -37,10 +36,11 @@ SPARED_PLUGINS = ("-p no:hypothesispytest", "-p no:hydra_pytest")
 @pytest.fixture(scope="session", autouse=True)
 def inner_sessions_spare_plugins() -> Iterator[None]:
     """Every pytest a test starts as a subprocess (not only pytester's) skips
-    :data:`SPARED_PLUGINS`: set in this worker's environment once its own session is running."""
+    :data:`SPARED_PLUGINS`: set in this worker's environment once its own session is running,
+    in place of the outer session's own ``PYTEST_ADDOPTS`` (``--durations`` for a CI log is no
+    option of the sessions its tests start, as pytester's are not)."""
     with pytest.MonkeyPatch.context() as patch:
-        added = " ".join(SPARED_PLUGINS)
-        patch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {added}".strip())
+        patch.setenv("PYTEST_ADDOPTS", " ".join(SPARED_PLUGINS))
         yield
 
 
