@@ -11,6 +11,7 @@ sessions), never by the default suite's conftest.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -47,6 +48,22 @@ def {MODEL}(image=IMAGE):
 '''
 
 
+#: A mangled C++ symbol (Itanium ABI: ``_Z`` then a nested or plain name).
+MANGLED = re.compile(rb"(?<![A-Za-z0-9])_{1,2}Z[NL0-9]")
+
+
+def _mangled(artifacts: Path) -> list[str]:
+    """Files a person reads under ``artifacts`` (reports, tables, traces) that name a mangled
+    C++ symbol, with the first one."""
+    found = []
+    for path in sorted(artifacts.rglob("*")):
+        if path.suffix in (".md", ".csv", ".html", ".json", ".txt") and path.is_file():
+            hit = MANGLED.search(path.read_bytes())
+            if hit:
+                found.append(f"{path.relative_to(artifacts)}: {hit.group()!r}")
+    return found
+
+
 @pytest.mark.parametrize("device", ["host", "qemu-sme2"])
 def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_path: Path) -> None:
     root = project(tmp_path / device, CONFTEST)
@@ -57,6 +74,7 @@ def test_a_library_model_exports_records_and_passes_unchanged(device: str, tmp_p
     portable_only(root / "baselines")  # a shared 2-core VM judges no host time (docs/judging.md)
     assert session(root, device, select, "rerun") == passed
 
+    assert _mangled(root / "rerun") == []  # people read demangled C++ in every report file
     for dtype in DTYPES:
         stored = json.loads((root / "baselines" / device / f"{MODEL}-{dtype}.json").read_text())
         for variant in stored["variants"].values():
