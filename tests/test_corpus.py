@@ -52,12 +52,18 @@ def {MODEL}(image=IMAGE):
 MANGLED = re.compile(rb"(?<![A-Za-z0-9])_{1,2}Z[NL0-9]")
 
 
+#: The case's lossless record, which keeps each kernel's symbol as gates and baselines do (a
+#: machine's file: ``sme2 report`` renders it demangled).
+RECORD = "manifest.json"
+
+
 def _mangled(artifacts: Path) -> list[str]:
-    """Files a person reads under ``artifacts`` (reports, tables, traces) that name a mangled
-    C++ symbol, with the first one."""
+    """Files a person reads under ``artifacts`` (reports, tables, Perfetto traces, the kit's
+    JSON) that name a mangled C++ symbol, with the first one."""
     found = []
     for path in sorted(artifacts.rglob("*")):
-        if path.suffix in (".md", ".csv", ".html", ".json", ".txt") and path.is_file():
+        readable = path.suffix in (".md", ".csv", ".html", ".json", ".txt") and path.name != RECORD
+        if readable and path.is_file():
             hit = MANGLED.search(path.read_bytes())
             if hit:
                 found.append(f"{path.relative_to(artifacts)}: {hit.group()!r}")
