@@ -173,7 +173,14 @@ def _compiler_version(target: str) -> str:
 
 def _wheel_fingerprint(package: Path) -> str:
     """Names, sizes and mtimes of the wheel's libraries and CMake files: a reinstall changes it."""
-    files = sorted([*(package / "lib").glob("*.so*"), *(package / "share/cmake").glob("*.cmake")])
+    return files_fingerprint(
+        sorted([*(package / "lib").glob("*.so*"), *(package / "share/cmake").glob("*.cmake")])
+    )
+
+
+def files_fingerprint(files: list[Path]) -> str:
+    """Each file's name, size and mtime, one per line: what a reinstall of a package changes,
+    without reading its (hundreds of MB of) libraries."""
     entries = []
     for path in files:
         stat = path.stat()

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.errors import RunnerError
+from pytest_sme2.runner.build import files_fingerprint
 from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, run_step
 
 #: Where the wheel keeps the library, under its ``executorch`` directory.
@@ -154,11 +155,7 @@ def needed_libraries(library: Path) -> list[str]:
 
 def _fingerprint(directory: Path) -> str:
     """Names, sizes and mtimes of a directory's libraries: a reinstall changes it."""
-    entries = []
-    for path in sorted(directory.glob("*.so*")):
-        stat = path.stat()
-        entries.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return "\n".join(entries)
+    return files_fingerprint(sorted(directory.glob("*.so*")))
 
 
 def _patchelf(*arguments: str) -> str:
