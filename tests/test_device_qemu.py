@@ -21,13 +21,13 @@ from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.registry import get_model
 from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.run.devices.log_fifo import read_while
 from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
 from pytest_sme2.run.devices.qemu import (
     COUNTED_WARMUP,
     DEFAULT_SME_VECTOR_LENGTH,
     EVIDENCE_SOURCE,
     QemuSme2Device,
-    _count_while,
 )
 from pytest_sme2.run.devices.qemu_log import count_calls, count_instructions
 from pytest_sme2.run.measure import MeasurePlan
@@ -248,7 +248,7 @@ def test_a_writer_that_never_starts_does_not_block_the_reader(tmp_path: Path) ->
         raise RunnerError("cannot start qemu")
 
     with pytest.raises(RunnerError, match="cannot start qemu"):
-        _count_while(fifo, lambda: fifo.read_bytes(), never_starts)
+        read_while(fifo, lambda: fifo.read_bytes(), never_starts)
 
 
 def test_run_uses_the_same_binary_for_both_variants(

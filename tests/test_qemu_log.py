@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.errors import TraceError
+from pytest_sme2.errors import RunnerError, TraceError
+from pytest_sme2.run.devices.exec_filter import fixed_layout, log_filter
+from pytest_sme2.run.devices.guest_syscalls import CodeMapping, code_layout
 from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
-from pytest_sme2.run.devices.qemu_log import UNMAPPED, count_instructions, is_sme
+from pytest_sme2.run.devices.qemu_log import UNMAPPED, count_calls, count_instructions, is_sme
 
 SMSTART, SMSTOP = 0xD503477F, 0xD503467F
 ZERO_ZA, FMOPA, ZERO_ZT0 = 0xC00800FF, 0x80810000, 0xC0480001  # zero {za}; fmopa za0.s, ...; SME2
@@ -86,6 +88,65 @@ def test_real_log_counts_sme_instructions_exactly(
     # The main executable is loaded by qemu, not mmap'ed by the guest: named by qemu's symbols.
     assert large.libraries[UNMAPPED] > 0 and "main" in large.functions
     assert large.blocks > 3000
+
+
+def _layout(toolchain: QemuToolchain, program: Path, n: int, log: Path) -> frozenset[CodeMapping]:
+    """A probe run's layout: system calls only, a reserved guest address space."""
+    probe = [*qemu_command(toolchain, sme2=True), "-d", "strace", "-D", str(log)]
+    subprocess.run(fixed_layout([*probe, str(program), str(n)]), check=True, timeout=300)
+    return code_layout(log)
+
+
+def test_a_library_left_out_of_the_log_is_not_counted_and_every_other_file_is(
+    toolchain: QemuToolchain, sme_program: Path, tmp_path: Path
+) -> None:
+    """The probe's layout narrows the exec log: no block of the left-out library is logged,
+    and every other file counts what it counts in the whole log."""
+    library = sme_program.with_name("libsmeloop.so")
+    layout = _layout(toolchain, sme_program, 1000, tmp_path / "probe.log")
+    assert "libsmeloop.so" in {mapping.name for mapping in layout}
+    narrowing = ["-dfilter", log_filter(layout, {"libsmeloop.so"})]
+    counts = {}
+    for name, extra in (("whole", []), ("narrowed", narrowing)):
+        logged = [*qemu_command(toolchain, sme2=True, exec_log=tmp_path / name), *extra]
+        subprocess.run(fixed_layout([*logged, str(sme_program), "1000"]), check=True, timeout=300)
+        counts[name] = count_instructions(tmp_path / name, [library])
+    whole, narrowed = counts["whole"], counts["narrowed"]
+    assert whole.sme == len(LOOP_SME_WORDS) * 1000 and whole.libraries["libsmeloop.so"] > 0
+    assert narrowed.sme == 0 and "sme_loop" not in narrowed.functions
+    others = {name: n for name, n in whole.libraries.items() if name != "libsmeloop.so"}
+    assert narrowed.libraries == others
+
+
+def test_a_count_whose_code_moved_since_the_probe_is_refused(
+    toolchain: QemuToolchain, sme_program: Path, tmp_path: Path
+) -> None:
+    """A narrowed log is only right where the code lies where the probe found it."""
+    library = sme_program.with_name("libsmeloop.so")
+    layout = _layout(toolchain, sme_program, 10, tmp_path / "probe.log")
+    logged = [*qemu_command(toolchain, sme2=True, exec_log=tmp_path / "run.log")]
+    subprocess.run(fixed_layout([*logged, str(sme_program), "10"]), check=True, timeout=300)
+    (call,) = count_calls(tmp_path / "run.log", [library], "sme_loop", layout=layout)
+    assert call.sme == len(LOOP_SME_WORDS) * 10
+    moved = {
+        CodeMapping(m.start + 0x10000, m.end + 0x10000, m.name, m.offset)
+        if m.name == "libsmeloop.so"
+        else m
+        for m in layout
+    }
+    with pytest.raises(TraceError, match=r"libsmeloop\.so at 0x.*not where the probe"):
+        count_calls(tmp_path / "run.log", [library], "sme_loop", layout=moved)
+
+
+def test_the_filter_is_every_address_but_the_left_out_code() -> None:
+    layout = {
+        CodeMapping(0x1000, 0x3000, "a.so", 0),
+        CodeMapping(0x5000, 0x6000, "b.so", 0),
+        CodeMapping(0x7000, 0x8000, "a.so", 0x10000),
+    }
+    assert log_filter(layout, {"a.so"}) == "0x0..0xfff,0x3000..0x6fff,0x8000..0xffffffffffffffff"
+    with pytest.raises(RunnerError, match=r"none of c\.so was mapped"):
+        log_filter(layout, {"c.so"})
 
 
 @pytest.mark.parametrize(

@@ -9,19 +9,17 @@ execution log — guest instructions per inference and the SME2 kernels that exe
 
 from __future__ import annotations
 
-import errno
 import os
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar
 
 from pytest_sme2.analysis.attribution import instruction_trace, operator_kernels
 from pytest_sme2.analysis.kernels import kernels_of_operators
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.run.devices import qemu_log
+from pytest_sme2.run.devices import exec_filter, guest_syscalls, qemu_log
 from pytest_sme2.run.devices.base import (
     CountedRun,
     Device,
@@ -30,8 +28,11 @@ from pytest_sme2.run.devices.base import (
     Sme2Evidence,
     Variant,
 )
+from pytest_sme2.run.devices.exec_filter import fixed_layout, log_filter
+from pytest_sme2.run.devices.guest_syscalls import CodeMapping, code_layout
 from pytest_sme2.run.devices.host import cpu_model, software_class, software_fingerprint
 from pytest_sme2.run.devices.kernel_log import kernel_evidence
+from pytest_sme2.run.devices.log_fifo import read_while
 from pytest_sme2.run.devices.provision import (
     QemuToolchain,
     provision_qemu,
@@ -79,8 +80,6 @@ cold inference's one-time work, not the model's steady state that baselines hold
 EMULATED_TIMEOUT_S = 3600.0
 """A run's deadline under emulation when none is given: every instruction costs ~100x (the exec
 log ~5x more), so the native default would cut the largest examples short."""
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 _NOT_A_SIGNAL = "qemu-sme2 emulates SME2: its time is not a performance signal"
 
 
@@ -225,14 +224,54 @@ class QemuSme2Device(Device):
         site = self._kernels.torch_lib.parents[1]  # torch/lib and nvidia/*/lib
         return {"kernel library": libraries[0], "torch libraries": site}
 
-    def _prefix(self, variant: Variant, exec_log: Path | None = None) -> list[str]:
+    def _prefix(
+        self,
+        variant: Variant,
+        exec_log: Path | None = None,
+        layout: frozenset[CodeMapping] | None = None,
+    ) -> list[str]:
+        """qemu's command prefix; with a probe run's ``layout``, one that maps the guest's code
+        the same way and leaves the torch libraries' code out of the exec log."""
         toolchain, _ = self._prepared()
-        return qemu_command(
+        command = qemu_command(
             toolchain,
             sme2=variant is Variant.ON,
             exec_log=exec_log,
             sme_vector_length=self.sme_vector_length,
         )
+        if layout is None:
+            return command
+        return fixed_layout([*command, "-dfilter", log_filter(layout, self._unlogged())])
+
+    def _unlogged(self) -> frozenset[str]:
+        """The file names of the torch libraries the custom kernels' library loads."""
+        assert self._kernels is not None, "only a run that loads the custom kernels narrows"
+        site = self._kernels.torch_lib.parents[1]
+        return frozenset(path.name for path in site.rglob("*.so*") if path.is_file())
+
+    def _probe_layout(
+        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
+    ) -> frozenset[CodeMapping]:
+        """Where a run of ``model`` maps each file's code, with address randomisation off: the
+        same run logging its system calls only (seconds, where the exec log takes minutes)."""
+        _, binary = self._prepared()
+        probe_log = workdir.resolve() / "qemu-probe.log"
+        command = fixed_layout([*self._prefix(variant), "-d", "strace", "-D", str(probe_log)])
+        try:
+            run_runner(
+                binary,
+                model,
+                workdir,
+                plan,
+                inputs=inputs,
+                prefix=command,
+                default_timeout_s=EMULATED_TIMEOUT_S,
+                isolated=True,
+                libraries=self._libraries(model),
+            )
+            return code_layout(probe_log)
+        finally:
+            probe_log.unlink(missing_ok=True)
 
     def run(
         self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
@@ -345,6 +384,8 @@ class QemuSme2Device(Device):
             "program": model,
             "inputs": inputs,
             "counter": Path(qemu_log.__file__),
+            "system calls": Path(guest_syscalls.__file__),
+            "log narrowing": Path(exec_filter.__file__),
             "invocation": Path(invoke.__file__),  # isolation: the names, the empty environment
             "staging": Path(staging.__file__),
             **{f"host {path}": path for path in HOST_FILES},
@@ -359,6 +400,8 @@ class QemuSme2Device(Device):
                 "plan": f"runs={plan.runs} warmup={plan.warmup} threads={plan.threads} "
                 f"traced={plan.traced}",
                 "counted calls": f"{EXECUTE_SYMBOL} {INIT_SYMBOL}",
+                # the ranges are the probe's, a function of the files above and the host
+                "exec log": "without the torch libraries" if self._kernel_files(model) else "all",
             },
         )
 
@@ -373,21 +416,26 @@ class QemuSme2Device(Device):
         """
         toolchain, binary = self._prepared()
         workdir.mkdir(parents=True, exist_ok=True)
+        layout = (
+            self._probe_layout(model, inputs, variant, plan, workdir)
+            if self._libraries(model)
+            else None
+        )
         fifo = workdir.resolve() / "qemu-exec-log.fifo"  # qemu opens it in the run's directory
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo)
         libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
         try:
-            calls, result = _count_while(
+            calls, result = read_while(
                 fifo,
-                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL),
+                lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL, layout=layout),
                 lambda: run_runner(
                     binary,
                     model,
                     workdir,
                     plan,
                     inputs=inputs,
-                    prefix=self._prefix(variant, exec_log=fifo),
+                    prefix=self._prefix(variant, exec_log=fifo, layout=layout),
                     default_timeout_s=EMULATED_TIMEOUT_S,
                     isolated=True,
                     libraries=self._libraries(model),
@@ -413,40 +461,3 @@ def executed_kernels(count: InstructionCount) -> list[str]:
         for name in count.functions
         if name.startswith("kai_kernel_") or (name.startswith("xnn_") and "_ukernel_" in name)
     ]
-
-
-def _count_while(fifo: Path, read: Callable[[], _T], run: Callable[[], _R]) -> tuple[_T, _R]:
-    """``read()`` the FIFO in a thread while ``run()`` writes it; both results, ``run``'s error
-    wins.
-
-    qemu opens the log when it starts; if it never does (it could not start) or the reader stops
-    early, the reader would block forever, so after ``run`` returns the FIFO is opened for
-    writing and closed until the reader has finished: that is an end of file to a blocked
-    reader, and nothing to a finished one.
-    """
-    outcome: dict[str, Any] = {}
-
-    def reader() -> None:
-        try:
-            outcome["value"] = read()
-        except Exception as err:  # re-raised in the caller's thread below
-            outcome["error"] = err
-            with fifo.open("rb") as rest:  # qemu must not block on a full pipe
-                while rest.read(1 << 20):
-                    pass
-
-    thread = threading.Thread(target=reader, name="qemu-exec-log", daemon=True)
-    thread.start()
-    try:
-        ran = run()
-    finally:
-        while thread.is_alive():
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError as err:
-                if err.errno != errno.ENXIO:  # ENXIO: no reader has it open right now
-                    raise
-            thread.join(timeout=0.1)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"], ran

@@ -37,7 +37,7 @@ import re
 import stat
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -45,6 +45,7 @@ from typing import BinaryIO
 from pytest_sme2.analysis.attribution import ClockRead
 from pytest_sme2.analysis.kernel_names import unnamed_code
 from pytest_sme2.errors import TraceError
+from pytest_sme2.run.devices.guest_syscalls import CodeMapping, GuestFiles
 
 QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
 """The ``-d`` items :func:`count_instructions` needs (pass ``-D <file>`` too)."""
@@ -64,15 +65,9 @@ UNMAPPED = ""
 (the main executable and the dynamic loader, which qemu itself loads)."""
 
 
-_OPENAT = re.compile(rb'^\d+ openat\(\w+,"((?:[^"\\]|\\.)*)",[^)]*\) = (\d+)$')
-_CLOSE = re.compile(rb"^\d+ close\((\d+)\) = 0$")
 _CLOCK = re.compile(rb"^\d+ clock_gettime\(")
 #: what qemu's strace prints ``clock_gettime`` returned: ``= 0 ({tv_sec = 289,tv_nsec = 7663})``
 _CLOCK_VALUE = re.compile(rb"= 0 \(\{tv_sec = (\d+),tv_nsec = (\d+)\}\)")
-_MMAP = re.compile(
-    rb"^\d+ mmap\((?:NULL|0x[0-9a-f]+),(\d+),([A-Z_|]+),[A-Z_|]+,(\d+),(0x[0-9a-f]+|\d+)\)"
-    rb" = 0x([0-9a-f]+)$"
-)
 
 
 def is_sme(word: int) -> bool:
@@ -121,14 +116,6 @@ class _Block:
     insns: int
     sme: int
     symbol: str  # qemu's name for the block's start, "" when it has none
-
-
-@dataclass(frozen=True)
-class _Mapping:
-    start: int
-    end: int
-    name: str  # file name of the mapped file
-    offset: int  # file offset mapped at ``start``
 
 
 class _Symbols:
@@ -268,7 +255,11 @@ def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> Instruct
 
 
 def count_calls(
-    log_path: Path, symbols: Iterable[Path], function: str, *more: str
+    log_path: Path,
+    symbols: Iterable[Path],
+    function: str,
+    *more: str,
+    layout: Collection[CodeMapping] | None = None,
 ) -> list[InstructionCount]:
     """One count per call of ``function`` (an ELF symbol of one of ``symbols``), in call order;
     with ``more`` functions, of any of them, each count naming its function.
@@ -283,6 +274,10 @@ def count_calls(
     the runner opens no file inside its inference loop (nor between method init and it). Raises
     TraceError as :func:`count_instructions` does, and when a function is not in ``symbols`` or
     none ran.
+
+    ``layout``: where an earlier run of the same command mapped code (:func:`code_layout`),
+    for a log narrowed by address (:mod:`pytest_sme2.run.devices.exec_filter`); TraceError if
+    this run mapped any code elsewhere, since the narrowing then left out the wrong code.
     """
     paths = list(symbols)
     tables = [_Symbols(path) for path in paths]
@@ -297,11 +292,14 @@ def count_calls(
             names = ", ".join(path.name for path in paths) or "no symbol files"
             raise TraceError(log_path, f"no function {name!r} in {names}")
         markers[name] = offsets
-    return _stream(log_path, tables, markers)
+    return _stream(log_path, tables, markers, layout)
 
 
 def _stream(
-    log_path: Path, tables: list[_Symbols], markers: Mapping[str, Mapping[str, int]] | None
+    log_path: Path,
+    tables: list[_Symbols],
+    markers: Mapping[str, Mapping[str, int]] | None,
+    layout: Collection[CodeMapping] | None = None,
 ) -> list[InstructionCount]:
     """Stream the log once. Without ``markers`` everything is one segment. With them (functions
     and their file offset per library file name), each entry into one of the functions starts a
@@ -311,10 +309,17 @@ def _stream(
         handle = log_path.open("rb", buffering=1 << 20)
     except OSError as err:
         raise TraceError(log_path, f"cannot read the qemu log ({err.strerror})") from err
-    files = _Files(markers or {})
+    files = GuestFiles(markers or {})
     whole = None if markers else _Segment()
     with handle:
         blocks, calls, last = _scan(handle, files, whole)
+    if layout is not None and (moved := set(files.mappings.values()) - set(layout)):
+        raise TraceError(
+            log_path,
+            f"the guest mapped {min(moved).name} at {min(moved).start:#x}, not where the probe "
+            "run of the same command did: the log, narrowed to the probe's layout, may have left "
+            "out counted code (count again)",
+        )
     if whole is None:
         if last is None:
             raise TraceError(log_path, f"{' nor '.join(files.markers)} never ran in the logged run")
@@ -331,7 +336,7 @@ def _stream(
 
 
 def _scan(
-    handle: BinaryIO, files: _Files, whole: _Segment | None
+    handle: BinaryIO, files: GuestFiles, whole: _Segment | None
 ) -> tuple[dict[int, _Block], list[_Counted], _Call | None]:
     """The loop over the log's lines: the blocks by pc, the calls ended, the call still open.
     ``whole`` is where every ``Trace`` line goes when no call is looked for (None: calls).
@@ -389,52 +394,6 @@ def _scan(
     return blocks, calls, call
 
 
-class _Files:
-    """What the guest's system calls tell: the files it opened (by descriptor), where it mapped
-    their code, and so at which pc each marker function is entered.
-
-    ``entering`` caches, per distinct ``Trace`` line, the marker it enters (None: none): a dict
-    lookup, not a scan of ``entries``, per line (the scan was 60 % of the loop's time per
-    ``Trace`` line); it is cleared when a mapping makes a new entry known.
-    """
-
-    def __init__(self, markers: Mapping[str, Mapping[str, int]]) -> None:
-        self.markers = markers
-        self.fds: dict[int, str] = {}
-        self.mappings: dict[int, _Mapping] = {}
-        self.entries: dict[bytes, str] = {}  # "/<pc>/" of a marker's entry as Trace lines spell it
-        self.entering: dict[bytes, str | None] = {}
-
-    def entered(self, line: bytes) -> str | None:
-        """The marker function a ``Trace`` line enters, if any."""
-        return next((name for at, name in self.entries.items() if at in line), None)
-
-    def see(self, line: bytes, *, calling: bool) -> bool:
-        """Take in a system call's line (without its newline); True when it is an ``openat``
-        while ``calling`` (a call was entered): the inference loop is over."""
-        if match := _OPENAT.match(line):
-            if calling:
-                return True
-            self.fds[int(match[2])] = match[1].decode(errors="replace").rsplit("/", 1)[-1]
-        elif match := _CLOSE.match(line):
-            self.fds.pop(int(match[1]), None)
-        elif (match := _MMAP.match(line)) and b"PROT_EXEC" in match[2]:
-            fd = int(match[3])
-            if fd in self.fds:
-                self._mapped(int(match[5], 16), int(match[1]), self.fds[fd], int(match[4], 0))
-        return False
-
-    def _mapped(self, start: int, size: int, name: str, offset: int) -> None:
-        """A file's code mapped at ``start``: the entries of the markers it holds are known."""
-        mapping = _Mapping(start, start + size, name, offset)
-        self.mappings[start] = mapping
-        for function, offsets in self.markers.items():
-            at = offsets.get(name)
-            if at is not None and offset <= at < offset + size:
-                self.entries[b"/%016x/" % (start + at - offset)] = function
-                self.entering.clear()  # lines seen before may enter it now
-
-
 _UNSEEN = "<unseen>"  # not a function name (no ELF symbol has "<")
 
 
@@ -449,7 +408,7 @@ def _drain(handle: BinaryIO) -> None:
 def _attribute(
     call: _Counted,
     blocks: Mapping[int, _Block],
-    mappings: list[_Mapping],
+    mappings: list[CodeMapping],
     symbol_tables: list[_Symbols],
 ) -> InstructionCount:
     """Sum the per-pc tallies into functions and libraries (and each interval's into functions;
