@@ -305,13 +305,13 @@ def test_benchmark_json_holds_each_variant_and_compare_reads_it(pytester, monkey
 
 
 def test_xdist_two_workers_share_exports_and_builds(pytester, monkeypatch, tmp_path):
-    """From an empty cache, two workers: each model is exported once and the runner built once
-    (the summary of the session's exports and builds counts every one that ran, on any worker);
-    both cases then run on them."""
+    """From an empty cache, two workers that each run both cases (``--dist each``): each model
+    is exported once and the runner built once (the summary of the session's exports and builds
+    counts every one that ran, on any worker); both workers measure on them."""
     monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))
     make_suite(pytester)
-    result = run(pytester, "-n", "2", "--sme2-update-baselines")
-    result.assert_outcomes(passed=2)
+    result = run(pytester, "-n", "2", "--dist", "each", "--sme2-update-baselines")
+    result.assert_outcomes(passed=4)
     assert sorted(p.name for p in (pytester.path / "baselines" / "host").iterdir()) == [
         "plug_a-fp32.json",
         "plug_b-fp32.json",
