@@ -94,9 +94,9 @@ def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
     monkeypatch.setattr(
         qemu_device,
         "_prefix",
-        lambda variant, exec_log=None: [
+        lambda variant, exec_log=None, layout=None: [
             *("unshare", "-m", "sh", "-c", _EIGHT_CPU_HOST, str(online), str(kernel_max)),
-            *prefix(variant, exec_log),
+            *prefix(variant, exec_log, layout),
         ],
     )
     there = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "there")
