@@ -318,13 +318,14 @@ def test_xdist_two_workers_share_exports_and_builds(pytester, monkeypatch, tmp_p
     ]
     out = result.stdout.str()
     done = out.split("pytest-sme2 slowest exports and builds", 1)[1].splitlines()
-    assert sum(line.startswith("build host runner ") for line in done) == 1, out[-3000:]
-    exports = [line.split(" ")[1] for line in done if line.startswith("export ")]
-    assert sorted(exports) == sorted(set(exports)) and {"plug_a[fp32]", "plug_b[fp32]"} <= set(
-        exports
-    )
     (total,) = [line for line in done if " in all, " in line]
-    assert total.startswith(f"{len(exports) + 1} in all, "), total  # nothing else ran twice
+    # the slowest steps, by kind and subject ("export plug_a[fp32]", "build host runner"): every
+    # export and build (seconds each) ranks above a worker's check of the numerics of an export
+    # the other made (0.1 s, "numerics plug_a[fp32]"), so an export made twice would show here
+    ran = [tuple(line.split(" ")[:2]) for line in done[1 : done.index(total)]]  # [0]: the header
+    assert len(ran) == len(set(ran)), ran  # nothing ran twice
+    assert ("build", "host") in ran, out[-3000:]
+    assert {("export", "plug_a[fp32]"), ("export", "plug_b[fp32]")} <= set(ran), ran
 
 
 def test_every_case_is_exported_before_the_first_is_measured(pytester, monkeypatch, tmp_path):
