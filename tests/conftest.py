@@ -80,31 +80,3 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(INNER_DEFAULTS))
     monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
     return pytester
-
-
-#: Fixtures of the tests that take seconds to a minute each: inner pytest sessions, counting on
-#: qemu. The thousand others take milliseconds.
-_LONG_FIXTURES = frozenset({"pytester", "qemu_device"})
-#: Modules as long without those fixtures: sessions started with subprocess (history), every
-#: example's export (export), the model library's models (corpus).
-_LONG_MODULES = frozenset({"test_history", "test_export", "test_corpus"})
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules with long tests first, the rest after, each module whole and in its order.
-
-    Why: xdist hands tests to whichever of the two workers is free, in this order. In file order
-    the last tests handed out could be a minute-long inner session, and the other worker, done,
-    waited for it; with the millisecond tests last, both finish within moments of each other.
-    A module stays together, so its module-scoped fixtures are still set up once.
-    """
-    long = {
-        module
-        for item in items
-        if (module := getattr(item, "module", None)) is not None
-        and (
-            _LONG_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or module.__name__.rpartition(".")[2] in _LONG_MODULES
-        )
-    }
-    items.sort(key=lambda item: getattr(item, "module", None) not in long)

@@ -252,23 +252,13 @@ class QemuSme2Device(Device):
     def _probe_layout(
         self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
     ) -> frozenset[CodeMapping]:
-        """Where a run of ``model`` maps each file's code, with address randomisation off: the
-        same run logging its system calls only (seconds, where the exec log takes minutes)."""
-        _, binary = self._prepared()
+        """Where a run of ``model`` maps each file's code in a guest address space of its own
+        (qemu's ``-R``): the same run logging its system calls only (seconds, where the exec log
+        takes minutes)."""
         probe_log = workdir.resolve() / "qemu-probe.log"
         command = fixed_layout([*self._prefix(variant), "-d", "strace", "-D", str(probe_log)])
         try:
-            run_runner(
-                binary,
-                model,
-                workdir,
-                plan,
-                inputs=inputs,
-                prefix=command,
-                default_timeout_s=EMULATED_TIMEOUT_S,
-                isolated=True,
-                libraries=self._libraries(model),
-            )
+            self._run_under(command, model, inputs, plan, workdir)
             return code_layout(probe_log)
         finally:
             probe_log.unlink(missing_ok=True)
@@ -276,15 +266,21 @@ class QemuSme2Device(Device):
     def run(
         self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
     ) -> RunResult:
+        return self._run_under(self._prefix(variant), model, inputs, plan, workdir)
+
+    def _run_under(
+        self, qemu: list[str], model: Path, inputs: Path, plan: RunPlan, workdir: Path
+    ) -> RunResult:
+        """The aarch64 runner run isolated under the ``qemu`` command prefix, with the custom
+        kernels where ``model`` calls them."""
         _, binary = self._prepared()
-        prefix = self._prefix(variant)
         return run_runner(
             binary,
             model,
             workdir,
             plan,
             inputs=inputs,
-            prefix=prefix,
+            prefix=qemu,
             default_timeout_s=EMULATED_TIMEOUT_S,
             isolated=True,
             libraries=self._libraries(model),
@@ -400,7 +396,7 @@ class QemuSme2Device(Device):
                 "plan": f"runs={plan.runs} warmup={plan.warmup} threads={plan.threads} "
                 f"traced={plan.traced}",
                 "counted calls": f"{EXECUTE_SYMBOL} {INIT_SYMBOL}",
-                # the ranges are the probe's, a function of the files above and the host
+                # the ranges are the probe's: a function of the files and arguments above
                 "exec log": "without the torch libraries" if self._kernel_files(model) else "all",
             },
         )
@@ -414,7 +410,7 @@ class QemuSme2Device(Device):
         :func:`pytest_sme2.analysis.attribution.instruction_trace`), and the method init's count
         (None unless it ran once).
         """
-        toolchain, binary = self._prepared()
+        toolchain, _ = self._prepared()
         workdir.mkdir(parents=True, exist_ok=True)
         layout = (
             self._probe_layout(model, inputs, variant, plan, workdir)
@@ -429,16 +425,12 @@ class QemuSme2Device(Device):
             calls, result = read_while(
                 fifo,
                 lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL, layout=layout),
-                lambda: run_runner(
-                    binary,
+                lambda: self._run_under(
+                    self._prefix(variant, exec_log=fifo, layout=layout),
                     model,
-                    workdir,
+                    inputs,
                     plan,
-                    inputs=inputs,
-                    prefix=self._prefix(variant, exec_log=fifo, layout=layout),
-                    default_timeout_s=EMULATED_TIMEOUT_S,
-                    isolated=True,
-                    libraries=self._libraries(model),
+                    workdir,
                 ),
             )
         finally:
