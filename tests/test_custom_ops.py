@@ -162,10 +162,9 @@ def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host
     them with their shares."""
     _register(pytester, monkeypatch, custom_llama)
     _run(pytester, "--sme2-update-baselines").assert_outcomes(passed=2)
-    # latency opened wide: the decode step runs in 0.02 ms, where the reference workload beside
-    # the other worker moved 10 % between sessions and read the unchanged program 13 % slower
-    # (the latency gate is tested where it is the subject); structure and operators are judged
-    _run(pytester, "--sme2-latency-tolerance=100").assert_outcomes(passed=2)
+    # judged unchanged in structure and operators (tests.test_program.FAST opens latency wide:
+    # the decode step runs in 0.02 ms, where an unchanged rerun read 13 % slower)
+    _run(pytester).assert_outcomes(passed=2)
     report = (pytester.path / "artifacts/report.md").read_text()
     for phase in ("prefill", "decode"):
         manifest = pytester.path / f"artifacts/host/custom_llama_{phase}-8da4w/manifest.json"

@@ -107,7 +107,18 @@ def test_model(sme2_measurement, sme2_judge):
     sme2_judge(sme2_measurement)
 """
 
-FAST = ["--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2", "--sme2-warmup=1"]
+#: A short plan, and latency judged wide open: these programs' inferences take 0.02–0.06 ms, and
+#: beside the other xdist worker a decode step read 10.1 % slower against a reference workload
+#: that moved 2 % (a fresh-clone CI run, 2-core EPYC). The tests here are of programs from other
+#: pipelines — labels, structure, instructions, outputs — not of the latency gate, which
+#: tests/test_plugin.py and benchmarks/gating_quality.py cover.
+FAST = [
+    "--sme2-runs=6",
+    "--sme2-rounds=2",
+    "--sme2-traced-runs=2",
+    "--sme2-warmup=1",
+    "--sme2-latency-tolerance=100",
+]
 
 
 @pytest.fixture(scope="module")
