@@ -27,13 +27,12 @@ from pytest_sme2.run.devices.exec_filter import fixed_layout
 from pytest_sme2.run.devices.log_fifo import read_while
 from pytest_sme2.run.devices.qemu import (
     COUNTED_WARMUP,
-    EMULATED_TIMEOUT_S,
     EXECUTE_SYMBOL,
     INIT_SYMBOL,
     QemuSme2Device,
 )
 from pytest_sme2.run.devices.qemu_log import count_calls
-from pytest_sme2.runner.invoke import RunPlan, run_runner
+from pytest_sme2.runner.invoke import RunPlan
 from pytest_sme2.runner.tensors import write_tensors
 
 
@@ -46,24 +45,15 @@ def _whole(
     workdir: Path,
 ) -> list[int]:
     """The count from qemu's whole exec log (the device's counting, without the narrowing)."""
-    toolchain, binary = device._prepared()
+    toolchain, _ = device._prepared()
     libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
     fifo = workdir.resolve() / "whole.fifo"
     os.mkfifo(fifo)
+    prefix = fixed_layout(device._prefix(variant, exec_log=fifo))
     calls, _ = read_while(
         fifo,
         lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL),
-        lambda: run_runner(
-            binary,
-            program,
-            workdir,
-            plan,
-            inputs=inputs,
-            prefix=fixed_layout(device._prefix(variant, exec_log=fifo)),
-            default_timeout_s=EMULATED_TIMEOUT_S,
-            isolated=True,
-            libraries=device._libraries(program),
-        ),
+        lambda: device._run_under(prefix, program, inputs, plan, workdir),
     )
     return [call.total for call in calls]
 

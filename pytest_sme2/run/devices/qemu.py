@@ -371,6 +371,7 @@ class QemuSme2Device(Device):
         :mod:`pytest_sme2.run.devices.stored_counts`): the files the guest reads, qemu's
         arguments and version, the plan, and the counting code."""
         toolchain, binary = self._prepared()
+        kernel_files = self._kernel_files(model)
         files = {
             "qemu": toolchain.qemu,
             "shim": toolchain.shim,
@@ -385,7 +386,7 @@ class QemuSme2Device(Device):
             "invocation": Path(invoke.__file__),  # isolation: the names, the empty environment
             "staging": Path(staging.__file__),
             **{f"host {path}": path for path in HOST_FILES},
-            **self._kernel_files(model),
+            **kernel_files,
         }
         arguments = self._prefix(variant, exec_log=Path("exec-log"))
         return count_key(
@@ -397,7 +398,7 @@ class QemuSme2Device(Device):
                 f"traced={plan.traced}",
                 "counted calls": f"{EXECUTE_SYMBOL} {INIT_SYMBOL}",
                 # the ranges are the probe's: a function of the files and arguments above
-                "exec log": "without the torch libraries" if self._kernel_files(model) else "all",
+                "exec log": "without the torch libraries" if kernel_files else "all",
             },
         )
 
