@@ -7,7 +7,8 @@ counted one, traced) is made four ways:
 * ``plain``: the exec log off, as a plain qemu run: the floor;
 * ``null``: qemu writing the exec log to /dev/null: qemu's cost of producing the log;
 * ``cat``: the log into a FIFO drained by ``cat > /dev/null``: adds the pipe;
-* ``count``: the log into a FIFO drained by our counter (the device's counted run, stored);
+* ``count``: the log into a FIFO drained by our counter (the device's counted run, stored),
+  also in CPU seconds (qemu's and the counter's: what it costs beside other work);
 * ``stored``: the same counted run read back from the store (the next session's cost,
   :mod:`pytest_sme2.run.devices.stored_counts`).
 
@@ -76,10 +77,18 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def cpu_seconds() -> float:
+    """CPU seconds this process and its finished children used so far: a counted run's cost
+    on a machine whose cores are all busy (qemu, and the counter reading its log)."""
+    used = os.times()
+    return used.user + used.system + used.children_user + used.children_system
+
+
 def measure_case(
     model: str, dtype: str, variant: Variant, workdir: Path
-) -> dict[str, tuple[float, float]]:
-    """Per stage, (load phase, executions) in wall seconds of one case's counted run."""
+) -> tuple[dict[str, tuple[float, float]], float]:
+    """Per stage, (load phase, executions) in wall seconds of one case's counted run; and the
+    CPU seconds of the ``count`` stage."""
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.registry import get_model
     from pytest_sme2.run.devices.provision import provision_qemu, qemu_command
@@ -106,6 +115,7 @@ def measure_case(
         )
 
     result: dict[str, tuple[float, float]] = {}
+    count_cpu = 0.0
     for stage in STAGES:
         where = workdir / stage
         where.mkdir(parents=True)
@@ -122,13 +132,16 @@ def measure_case(
                 drain.wait()
         else:  # count, then stored: the same store, so the second reads the first back
             device = QemuSme2Device(count_store=workdir / "store")
+            cpu = cpu_seconds()
             seconds = timed(
                 lambda: device.counted_run(artifact.pte, artifact.inputs, variant, 1, where)  # noqa: B023
             )
+            if stage == "count":
+                count_cpu = cpu_seconds() - cpu
         # a stored run executes nothing: its timings are the counted run's, copied
         stored = stage == "stored"
         result[stage] = (seconds, 0.0) if stored else split(seconds, where / TIMINGS_NAME)
-    return result
+    return result, count_cpu
 
 
 def main() -> None:
@@ -145,14 +158,14 @@ def main() -> None:
     args = parser.parse_args()
     head = ["case", "variant"]
     head += [f"{stage} load+exec s" for stage in STAGES]
-    head += ["count/plain", "count exec/plain exec", "stored/plain"]
+    head += ["count CPU s", "count/plain", "count exec/plain exec", "stored/plain"]
     rows = [head]
     with tempfile.TemporaryDirectory(prefix="evidence-cost-") as tmp:
         for model, dtype in cases(args.models, args.dtypes, args.corpus):
             for variant in (Variant.ON, Variant.OFF):
                 try:
                     workdir = Path(tmp) / f"{model}-{dtype}-{variant}"
-                    stages = measure_case(model, dtype, variant, workdir)
+                    stages, count_cpu = measure_case(model, dtype, variant, workdir)
                 except ExportError:
                     print(f"{model}[{dtype}]: does not export", flush=True)
                     break
@@ -160,6 +173,7 @@ def main() -> None:
                 row = [f"{model}[{dtype}]", str(variant)]
                 row += [f"{load:.1f}+{executions:.1f}" for load, executions in stages.values()]
                 row += [
+                    f"{count_cpu:.1f}",
                     f"{total['count'] / total['plain']:.1f}x",
                     f"{stages['count'][1] / stages['plain'][1]:.1f}x",
                     f"{total['stored'] / total['plain']:.2f}x",

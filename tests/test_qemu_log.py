@@ -7,6 +7,8 @@ provisioned qemu-aarch64 with the log flags the device uses.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from pytest_sme2.errors import RunnerError, TraceError
 from pytest_sme2.run.devices.exec_filter import fixed_layout, log_filter
 from pytest_sme2.run.devices.guest_syscalls import CodeMapping, code_layout
+from pytest_sme2.run.devices.log_fifo import BUFFER, open_log, read_while
 from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
 from pytest_sme2.run.devices.qemu_log import UNMAPPED, count_calls, count_instructions, is_sme
 
@@ -248,3 +251,35 @@ def test_log_without_exec_lines_is_an_error(tmp_path: Path) -> None:
 def test_missing_log_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot read the qemu log"):
         count_instructions(tmp_path / "absent.log")
+
+
+def test_a_log_written_a_line_per_write_is_read_whole_through_an_enlarged_pipe(
+    tmp_path: Path,
+) -> None:
+    """qemu writes its log a line per ``write(2)``; the lazy reader must still get every byte
+    in order, and the pipe it reads holds :data:`BUFFER` bytes where Linux lets it."""
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    lines = [
+        b"Trace 0: 0x7f%010x [00000000/%016x/00000001/00000200] \n" % (i, i) for i in range(50_000)
+    ]
+
+    def write() -> None:
+        with fifo.open("wb", buffering=0) as log:
+            for line in lines:
+                log.write(line)
+
+    def read() -> tuple[int, bytes]:
+        with open_log(fifo) as log:
+            return fcntl.fcntl(log.fileno(), fcntl.F_GETPIPE_SZ), log.read()
+
+    (pipe_size, data), _ = read_while(fifo, read, write)
+    assert data == b"".join(lines)
+    assert pipe_size == BUFFER or int(Path("/proc/sys/fs/pipe-max-size").read_text()) < BUFFER
+
+
+def test_a_regular_log_file_reads_as_its_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "qemu.log"
+    log.write_bytes(b"IN: main\n" * 10_000 + b"no newline at the end")
+    with open_log(log) as handle:
+        assert list(handle) == log.read_bytes().splitlines(keepends=True)

@@ -46,6 +46,7 @@ from pytest_sme2.analysis.attribution import ClockRead
 from pytest_sme2.analysis.kernel_names import unnamed_code
 from pytest_sme2.errors import TraceError
 from pytest_sme2.run.devices.guest_syscalls import CodeMapping, GuestFiles
+from pytest_sme2.run.devices.log_fifo import open_log
 
 QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
 """The ``-d`` items :func:`count_instructions` needs (pass ``-D <file>`` too)."""
@@ -306,7 +307,7 @@ def _stream(
     call, found by its pc once the guest maps its library, and the first ``openat`` after the
     first call ends the calls (see :func:`count_calls`)."""
     try:
-        handle = log_path.open("rb", buffering=1 << 20)
+        handle = open_log(log_path)
     except OSError as err:
         raise TraceError(log_path, f"cannot read the qemu log ({err.strerror})") from err
     files = GuestFiles(markers or {})
