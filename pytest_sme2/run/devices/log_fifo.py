@@ -23,7 +23,8 @@ _R = TypeVar("_R")
 #: The reading buffer, and what a FIFO's pipe is enlarged to (Linux's default limit for an
 #: unprivileged process, ``/proc/sys/fs/pipe-max-size``).
 BUFFER = 1 << 20
-#: How long the reader of a FIFO waits after a read that found the pipe less than a quarter full.
+#: How long the reader of a FIFO waits after a read that found a pipe of :data:`BUFFER` bytes less
+#: than a quarter full (a smaller pipe, in proportion): qemu fills about 0.1 MB a millisecond.
 NAP_S = 0.001
 
 
@@ -60,6 +61,7 @@ class _LazyPipe(io.RawIOBase):
             self._size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
         except (AttributeError, OSError):
             self._size = 1 << 16  # Linux's default
+        self._nap_s = NAP_S * self._size / BUFFER  # a full pipe would stop qemu's writes
 
     def readable(self) -> bool:
         return True
@@ -70,7 +72,7 @@ class _LazyPipe(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         read = os.readv(self._fd, [buffer])
         if 0 < read < self._size // 4:
-            time.sleep(NAP_S)  # the next read finds the lines written meanwhile
+            time.sleep(self._nap_s)  # the next read finds the lines written meanwhile
         return read
 
     def close(self) -> None:
