@@ -40,45 +40,35 @@ def open_log(path: Path) -> BinaryIO:
     toy_cnn 7.6 → 4.8 s, squeezesam_like 20.6 → 15.6 s SME2-on and 27.2 → 17.7 s SME2-off.
     Raises OSError as ``open`` does.
     """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        raw = _LazyPipe(fd) if stat.S_ISFIFO(os.fstat(fd).st_mode) else io.FileIO(fd, closefd=True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return io.BufferedReader(raw, buffer_size=BUFFER)
+    return io.BufferedReader(_LogFile(path), buffer_size=BUFFER)
 
 
-class _LazyPipe(io.RawIOBase):
-    """A FIFO's reading end that naps after reading little (see :func:`open_log`)."""
+class _LogFile(io.FileIO):
+    """A log opened for reading; a FIFO's reads nap after reading little (:func:`open_log`)."""
 
-    def __init__(self, fd: int) -> None:
-        super().__init__()
-        self._fd = fd
-        with contextlib.suppress(AttributeError, OSError):  # not Linux, or above its limit
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, BUFFER)
-        try:
-            self._size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
-        except (AttributeError, OSError):
-            self._size = 1 << 16  # Linux's default
-        self._nap_s = NAP_S * self._size / BUFFER  # a full pipe would stop qemu's writes
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, "rb")
+        self._nap_s = self._pipe_size = 0.0  # a regular file: no nap
+        if stat.S_ISFIFO(os.fstat(self.fileno()).st_mode):
+            self._pipe_size = _enlarge_pipe(self.fileno())
+            self._nap_s = NAP_S * self._pipe_size / BUFFER  # a full pipe stops qemu's writes
 
-    def readable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def readinto(self, buffer: Any) -> int:
-        read = os.readv(self._fd, [buffer])
-        if 0 < read < self._size // 4:
+    def readinto(self, buffer: Any) -> int | None:
+        read = super().readinto(buffer)
+        if read and read < self._pipe_size / 4:
             time.sleep(self._nap_s)  # the next read finds the lines written meanwhile
         return read
 
-    def close(self) -> None:
-        if not self.closed:
-            os.close(self._fd)
-        super().close()
+
+def _enlarge_pipe(fd: int) -> int:
+    """The pipe behind ``fd`` made to hold :data:`BUFFER` bytes where the system lets it; its
+    size in bytes."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or above its limit
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, BUFFER)  # the size it got
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (AttributeError, OSError):
+        return 1 << 16  # Linux's default
 
 
 def read_while(fifo: Path, read: Callable[[], _T], run: Callable[[], _R]) -> tuple[_T, _R]:
