@@ -66,6 +66,20 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
     return path
 
 
+def being_built(path: Path) -> bool:
+    """Whether another process holds ``path``'s lock now (building the entry, or checking it):
+    asked without waiting, so a caller with other work can do that first."""
+    if not path.parent.is_dir():
+        return False
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
 @contextmanager
 def _locked(lock: FileLock, name: str) -> Iterator[None]:
     """Hold ``lock``; while another process holds it (an xdist worker exporting the same case),

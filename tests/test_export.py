@@ -761,6 +761,43 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     assert calls.read_text().split() == built
 
 
+def test_one_at_a_time_a_pair_another_process_is_exporting_is_left_for_last(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """As an xdist worker exports (one pair at a time): the pair whose entry another process is
+    building (its lock held) waits until the rest are exported, instead of holding them up."""
+    import threading
+
+    from filelock import FileLock
+
+    from pytest_sme2.export.prefetch import prefetch
+
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    busy = ModelSpec("elsewhere_busy", _linear, _eight, "", ("fp32",), (("width", 8),))
+    free = ModelSpec("elsewhere_free", _linear, _eight, "", ("fp32",), (("width", 16),))
+    # keyed here, before the thread: keying traces the model, which is no thread's to share
+    # (seen: the thread's key of ``free``, traced while the session exported it, was another)
+    busy_dir, free_dir = artifact_dir(busy, "fp32"), artifact_dir(free, "fp32")
+    busy_dir.parent.mkdir(parents=True)
+    holding, free_seen = threading.Event(), []
+
+    def other_process() -> None:  # holds busy's lock until free is exported (or 60 s pass)
+        with FileLock(str(busy_dir) + ".lock"):
+            holding.set()
+            deadline = time.monotonic() + 60
+            while not free_dir.is_dir() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            free_seen.append(free_dir.is_dir())
+
+    other = threading.Thread(target=other_process)
+    other.start()
+    assert holding.wait(60)
+    prefetch([(busy, "fp32"), (free, "fp32")], processes=1)
+    other.join()
+    assert free_seen == [True], "the held pair was waited for before the free one was exported"
+    assert all(export_model(spec, "fp32").pte.is_file() for spec in (busy, free))
+
+
 def test_an_export_runs_on_a_fresh_stack_without_garbage_collections(
     export_cache: Path,
 ) -> None:
