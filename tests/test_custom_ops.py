@@ -39,6 +39,11 @@ from tests.test_program import CACHE, PARAMS, _run, _session
 
 pytest_plugins = ["pytester"]
 
+#: This module's tests on one xdist worker (the outer session distributes by ``loadgroup``,
+#: which the plugin chooses for a fleet with a real device): from an empty cache, a second
+#: worker reaching one of them sat idle while the first exported ``custom_llama`` (38 s).
+pytestmark = pytest.mark.xdist_group("custom-llama")
+
 #: A seeded checkpoint for the exporter: without one it leaves the norms' weights uninitialised
 #: (every logit came out -inf, see tests/test_program.py).
 CHECKPOINT = """

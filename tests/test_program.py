@@ -38,6 +38,11 @@ from pytest_sme2.runner.tensors import read_tensors, write_tensors
 
 pytest_plugins = ["pytester"]
 
+#: This module's tests on one xdist worker (the outer session distributes by ``loadgroup``,
+#: which the plugin chooses for a fleet with a real device): from an empty cache, a second
+#: worker reaching one of them sat idle while the first exported ``llama`` (34 s, CI18).
+pytestmark = pytest.mark.xdist_group("export-llm")
+
 REPO = Path(__file__).resolve().parents[1]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
