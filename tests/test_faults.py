@@ -28,6 +28,12 @@ from tests.processes import processes_mentioning
 
 pytest_plugins = ["pytester"]
 
+#: This module's tests on one xdist worker: most of their time is waiting (a hung runner's 20 s
+#: deadline, the hwcap probe's 30 s, kills checked seconds later), and spread over both workers
+#: they waited at once — a warm `.ci/run`'s two cores 30–87 % idle for 80 s (`vmstat`). On one
+#: worker, the other keeps computing meanwhile.
+pytestmark = pytest.mark.xdist_group("faults")
+
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
 
