@@ -198,7 +198,7 @@ def test_the_decode_step_with_custom_kernels_is_counted_then_judged_on_qemu_sme2
     The decode step alone: the prefill is the same program, the same kernels, other inputs (both
     phases are judged on host, above), and each emulated run spends about a minute starting
     torch's libraries before anything is counted — from an empty cache both phases took this
-    test 250 s (CI18), the longest of the suite."""
+    test 250 s on a 2-core VM, the longest of the suite."""
     _register(pytester, monkeypatch, custom_llama, phases=("decode",))
     device = "--sme2-device=qemu-sme2"
     # a first count takes about a minute per variant: torch's libraries, loaded and initialised

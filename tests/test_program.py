@@ -40,7 +40,7 @@ pytest_plugins = ["pytester"]
 
 #: This module's tests on one xdist worker (the outer session distributes by ``loadgroup``,
 #: which the plugin chooses for a fleet with a real device): from an empty cache, a second
-#: worker reaching one of them sat idle while the first exported ``llama`` (34 s, CI18).
+#: worker reaching one of them sat idle while the first exported ``llama`` (34 s).
 pytestmark = pytest.mark.xdist_group("export-llm")
 
 REPO = Path(__file__).resolve().parents[1]
