@@ -21,6 +21,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from pytest_sme2 import progress
+from pytest_sme2.quiet import quiet_log_records
 
 
 def cache_root() -> Path:
@@ -68,15 +69,17 @@ def cached_dir(path: Path, build: Callable[[Path], None]) -> Path:
 
 def being_built(path: Path) -> bool:
     """Whether another process holds ``path``'s lock now (building the entry, or checking it):
-    asked without waiting, so a caller with other work can do that first."""
+    asked without waiting, so a caller with other work can do that first. Quietly: filelock's
+    DEBUG records of the probe would reach a test's report (``quiet_log_records``)."""
     if not path.parent.is_dir():
         return False
     lock = FileLock(str(path) + ".lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release()
+    with quiet_log_records():
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return True
+        lock.release()
     return False
 
 

@@ -82,9 +82,7 @@ def _elsewhere_last(pairs: Iterable[tuple[ModelSpec, str]]) -> Iterator[tuple[Mo
     """
     later = []
     for spec, dtype in pairs:
-        with quiet_log_records():  # filelock's DEBUG records, out of the test's report
-            elsewhere = not settled(spec, dtype) and being_built(artifact_dir(spec, dtype))
-        if elsewhere:
+        if not settled(spec, dtype) and being_built(artifact_dir(spec, dtype)):
             later.append((spec, dtype))
         else:
             yield spec, dtype
