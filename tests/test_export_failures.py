@@ -4,9 +4,11 @@ the machine was the cause, and a warm session that has nothing to lower forks no
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 pytest.importorskip("executorch")
 
@@ -80,6 +82,49 @@ def test_a_failure_of_the_program_is_recorded_and_raised_again_without_exporting
     )
     assert again.value.cause.startswith(first.value.cause + " (recorded ")
     assert f"delete {record} to export again" in str(again.value)
+
+
+def test_a_process_that_waited_on_a_failing_export_takes_its_record_and_does_not_lower(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two xdist workers reaching one failing pair: the second waits on the entry's lock while
+    the first lowers; the first records its failure before releasing the lock, and the second,
+    holding it, raises that record instead of lowering the same program again."""
+    with pytest.raises(ExportError):
+        export_model(UNQUANTIZABLE, "8da4w")
+    directory = artifact_dir(UNQUANTIZABLE, "8da4w")
+    record = export_failures.record_path(directory)
+    recorded_text = record.read_text()
+    record.unlink()  # as if the other worker were still lowering
+    _new_session(monkeypatch)
+    artifact_dir(UNQUANTIZABLE, "8da4w")  # keyed here: torch tracing is no other thread's
+    _no_lowering(monkeypatch)
+    checked = threading.Event()
+    unrecorded = export_failures.recorded
+
+    def recorded(entry: Path) -> ExportError | None:
+        found = unrecorded(entry)
+        checked.set()  # the worker looked before taking the lock, and found nothing
+        return found
+
+    monkeypatch.setattr(export_failures, "recorded", recorded)
+    raised: list[BaseException] = []
+
+    def second_worker() -> None:
+        try:
+            export_model(UNQUANTIZABLE, "8da4w")
+        except BaseException as err:  # what it raised is the assertion
+            raised.append(err)
+
+    with FileLock(str(directory) + ".lock"):  # the first worker, lowering
+        worker = threading.Thread(target=second_worker)
+        worker.start()
+        assert checked.wait(timeout=60)
+        record.write_text(recorded_text)  # the first worker's failure, recorded under the lock
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    (err,) = raised
+    assert isinstance(err, ExportError) and "(recorded " in err.cause, repr(err)
 
 
 def test_a_changed_pytest_sme2_exports_again(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

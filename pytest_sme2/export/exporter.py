@@ -149,7 +149,8 @@ def artifact_dir(spec: ModelSpec, dtype: str, cache_dir: Path | None = None) -> 
 
 _FAILURES: dict[tuple[Path, bool], ExportError] = {}
 """Errors already raised in this process, by (entry, check_numerics): raised again at once.
-Failed builds are not cached on disk — a fixed environment must be able to retry."""
+A failed build leaves no entry; only a failure of the program itself is recorded beside it
+(:mod:`pytest_sme2.export.failures`), so a fixed environment retries the rest."""
 
 
 def export_model(
@@ -172,17 +173,13 @@ def export_model(
     if previous is not None:
         _FAILURES[(directory, check_numerics)] = previous
         raise previous
-    key = directory.name.rsplit("-", 1)[-1]
     try:
         with ExitStack() as work, quiet_log_records():
             running: progress.Task | None = None  # a task only when there is work to report
 
             def build(out: Path) -> None:
                 nonlocal running
-                running = work.enter_context(progress.task(f"export {spec.name}[{dtype}]"))
-                stages = Stages(spec.name, dtype, running)
-                with quiet_libraries(), _collections_paused(), provenance_shared():
-                    _on_fresh_stack(lambda: build_export(spec, dtype, key, out, stages))
+                running = _export_into(out, directory, spec, dtype, work)
 
             cached_dir(directory, build)
             take_built(spec)  # a warm hit: the model built for its key is not needed
@@ -203,10 +200,33 @@ def export_model(
                     )
     except ExportError as err:
         _FAILURES[(directory, check_numerics)] = err
-        if not directory.is_dir() and keyed_by_its_build(spec):  # else a one-off key
-            export_failures.record(directory, err)
         raise
     return artifact
+
+
+def _export_into(
+    out: Path, directory: Path, spec: ModelSpec, dtype: str, work: ExitStack
+) -> progress.Task:
+    """Export ``spec`` × ``dtype`` into ``out`` under the lock of its entry ``directory``; the
+    export's progress task, entered in ``work``.
+
+    Under the lock, a process that waited for it while another's export failed takes that
+    failure's record rather than lowering the same program again, and a failure is recorded
+    before the lock is released."""
+    failed = export_failures.recorded(directory)
+    if failed is not None:
+        raise failed
+    running = work.enter_context(progress.task(f"export {spec.name}[{dtype}]"))
+    stages = Stages(spec.name, dtype, running)
+    key = directory.name.rsplit("-", 1)[-1]
+    try:
+        with quiet_libraries(), _collections_paused(), provenance_shared():
+            _on_fresh_stack(lambda: build_export(spec, dtype, key, out, stages))
+    except ExportError as err:
+        if keyed_by_its_build(spec):  # else a one-off key: nothing to replay
+            export_failures.record(directory, err)
+        raise
+    return running
 
 
 def settled(spec: ModelSpec, dtype: str) -> bool:
