@@ -233,12 +233,22 @@ void write_atomic(const std::string& path, const void* data, size_t size) {
   }
 }
 
+// The whole file in one read. Not std::istreambuf_iterator: that copies byte by byte, which under
+// qemu-sme2 was the runner's costliest code outside any counted call — 9.6 M of the 63.8 M
+// instructions a counted run of mobilenet_v3_small int8 executed (a 602 KB inputs file), every one
+// of them a block logged and parsed for nothing (docs/costs.md).
 std::vector<uint8_t> read_file(const std::string& path, const std::string& role) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     fail("cannot open " + role + " " + path + ": " + std::strerror(errno));
   }
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  const std::streamoff size = in.tellg();
+  std::vector<uint8_t> bytes(size > 0 ? static_cast<size_t>(size) : 0);
+  in.seekg(0);
+  if (size < 0 || !in.read(reinterpret_cast<char*>(bytes.data()), size)) {
+    fail("cannot read " + role + " " + path + ": " + std::strerror(errno));
+  }
+  return bytes;
 }
 
 // ---- tensor file ------------------------------------------------------------------------------
