@@ -207,6 +207,19 @@ def test_same_shape_retranslation_keeps_counting(tmp_path: Path) -> None:
     assert (result.total, result.sme, result.blocks) == (20, 10, 10)
 
 
+def test_runs_of_trace_lines_count_across_reads_and_an_unended_last_line_counts(
+    tmp_path: Path,
+) -> None:
+    """Runs of ``Trace`` lines are tallied a read at a time (1 MiB): a run split between two
+    reads, a block translated between runs, and a last line qemu left without its newline."""
+    nop = 0xD503201F
+    text = _block(0x1000, [nop] * 3) + _trace(0x1000) * 20_000  # 1.4 MB: crosses a read
+    text += _block(0x2000, [ZERO_ZA]) + _trace(0x2000) * 7 + _trace(0x1000)
+    result = count_instructions(_write(tmp_path, text.removesuffix("\n")))
+    assert len(text) > 1 << 20
+    assert (result.total, result.sme, result.blocks) == (20_001 * 3 + 7, 7, 20_008)
+
+
 def test_blocks_outside_mappings_take_qemus_symbol(tmp_path: Path) -> None:
     text = _block(0x400000, [0xD503201F] * 3, "main") + _trace(0x400000, "main") * 2
     result = count_instructions(_write(tmp_path, text))

@@ -19,7 +19,13 @@ from pytest_sme2.analysis.attribution import instruction_trace, operator_kernels
 from pytest_sme2.analysis.kernels import kernels_of_operators
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.run.devices import exec_filter, guest_syscalls, log_fifo, qemu_log
+from pytest_sme2.run.devices import (
+    elf_symbols,
+    exec_filter,
+    guest_syscalls,
+    log_fifo,
+    qemu_log,
+)
 from pytest_sme2.run.devices.base import (
     CountedRun,
     Device,
@@ -381,6 +387,7 @@ class QemuSme2Device(Device):
             "program": model,
             "inputs": inputs,
             "counter": Path(qemu_log.__file__),
+            "symbols": Path(elf_symbols.__file__),
             "log reading": Path(log_fifo.__file__),
             "system calls": Path(guest_syscalls.__file__),
             "log narrowing": Path(exec_filter.__file__),

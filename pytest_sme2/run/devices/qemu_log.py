@@ -35,9 +35,8 @@ import bisect
 import os
 import re
 import stat
-import struct
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -45,6 +44,7 @@ from typing import BinaryIO
 from pytest_sme2.analysis.attribution import ClockRead
 from pytest_sme2.analysis.kernel_names import unnamed_code
 from pytest_sme2.errors import TraceError
+from pytest_sme2.run.devices.elf_symbols import ElfSymbols
 from pytest_sme2.run.devices.guest_syscalls import CodeMapping, GuestFiles
 from pytest_sme2.run.devices.log_fifo import open_log
 
@@ -117,62 +117,6 @@ class _Block:
     insns: int
     sme: int
     symbol: str  # qemu's name for the block's start, "" when it has none
-
-
-class _Symbols:
-    """Function symbols of one ELF file, looked up by file offset (mappings are by offset)."""
-
-    def __init__(self, path: Path) -> None:
-        self.name = path.name
-        data = path.read_bytes()
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-            raise TraceError(path, "not a 64-bit little-endian ELF file")
-        phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
-        # (file offset, vaddr, file size) of the loadable segments, to turn addresses into offsets
-        self._segments = []
-        for i in range(phnum):
-            p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
-                "<IIQQQQ", data, phoff + i * phentsize
-            )
-            if p_type == 1:  # PT_LOAD
-                self._segments.append((p_offset, p_vaddr, p_filesz))
-        sections = [
-            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-        ]
-        # the full symbol table when not stripped, else the dynamic one (exported functions only)
-        tables = [s for s in sections if s[1] == 2] or [s for s in sections if s[1] == 11]
-        entries: dict[int, tuple[int, str]] = {}
-        for _, _, _, _, offset, size, link, _, _, entsize in tables:
-            strtab = sections[link][4]
-            for pos in range(offset, offset + size, entsize):
-                name, info, _, shndx, value, sym_size = struct.unpack_from("<IBBHQQ", data, pos)
-                if info & 0xF in (2, 10) and shndx != 0 and value:  # STT_FUNC, STT_GNU_IFUNC
-                    end = data.index(b"\0", strtab + name)
-                    entries.setdefault(value, (sym_size, data[strtab + name : end].decode()))
-        self._starts = sorted(entries)
-        self._entries = [entries[start] for start in self._starts]
-        self._by_name = {name: start for start, (_, name) in entries.items()}
-
-    def file_offset(self, function: str) -> int | None:
-        """Where ``function`` starts in the file, or None when it has no such symbol."""
-        vaddr = self._by_name.get(function)
-        if vaddr is None:
-            return None
-        return next((o + vaddr - v for o, v, n in self._segments if v <= vaddr < v + n), None)
-
-    def lookup(self, file_offset: int) -> str | None:
-        """The function containing ``file_offset`` (size 0: the nearest one before it)."""
-        vaddr = next(
-            (v + file_offset - o for o, v, n in self._segments if o <= file_offset < o + n), None
-        )
-        if vaddr is None:
-            return None
-        i = bisect.bisect_right(self._starts, vaddr) - 1
-        if i < 0:
-            return None
-        size, name = self._entries[i]
-        return name if size == 0 or vaddr < self._starts[i] + size else None
 
 
 class _Segment:
@@ -251,7 +195,7 @@ def count_instructions(log_path: Path, symbols: Iterable[Path] = ()) -> Instruct
     its ELF symbols name the functions executed in it. Raises TraceError if the log is missing or
     has no executed block (qemu ran without ``-d exec``).
     """
-    (count,) = _stream(log_path, [_Symbols(path) for path in symbols], None)
+    (count,) = _stream(log_path, [ElfSymbols(path) for path in symbols], None)
     return count
 
 
@@ -281,7 +225,7 @@ def count_calls(
     this run mapped any code elsewhere, since the narrowing then left out the wrong code.
     """
     paths = list(symbols)
-    tables = [_Symbols(path) for path in paths]
+    tables = [ElfSymbols(path) for path in paths]
     markers: dict[str, dict[str, int]] = {}
     for name in (function, *more):
         offsets = {
@@ -298,7 +242,7 @@ def count_calls(
 
 def _stream(
     log_path: Path,
-    tables: list[_Symbols],
+    tables: list[ElfSymbols],
     markers: Mapping[str, Mapping[str, int]] | None,
     layout: Collection[CodeMapping] | None = None,
 ) -> list[InstructionCount]:
@@ -339,44 +283,47 @@ def _stream(
 def _scan(
     handle: BinaryIO, files: GuestFiles, whole: _Segment | None
 ) -> tuple[dict[int, _Block], list[_Counted], _Call | None]:
-    """The loop over the log's lines: the blocks by pc, the calls ended, the call still open.
-    ``whole`` is where every ``Trace`` line goes when no call is looked for (None: calls).
+    """The loop over the log's pieces (:func:`_pieces`): the blocks by pc, the calls ended, the
+    call still open. ``whole`` is where every ``Trace`` line goes when no call is looked for
+    (None: calls).
 
-    The lines that come by the million (``Trace``, instructions, block ends) are handled here,
-    inline: a method call per line would cost more than the rest of the line's work; the
-    system calls, a few hundred, by ``files``."""
+    A run of ``Trace`` lines is tallied at once, line by line only when one of them enters a call.
+    The lines that come by the hundred thousand (instructions, block ends) are handled inline: a
+    method call per line would cost more than the line's work; system calls by ``files``."""
     blocks: dict[int, _Block] = {}
     calls: list[_Counted] = []
     call: _Call | None = None
     segment = whole  # where Trace lines go; None: nowhere
-    entering = files.entering
     block_pc: int | None = None
     block_symbol = ""
     block_insns = block_sme = 0
-    for line in handle:
-        if line.startswith(b"Trace "):
-            entered = entering.get(line, _UNSEEN)
-            if entered is _UNSEEN:
-                entered = entering[line] = files.entered(line)
-            if entered is not None:
-                if call is not None:
-                    calls.append(call.end(blocks))
-                call = _Call(entered)
-                segment = call.tail
-            if segment is not None:
-                # the whole line: parsed once per distinct line, in fold()
-                segment.pending[line] += 1
-        elif line.startswith(b"0x"):
-            colon = line.find(b":")
-            word = int(line[colon + 1 : colon + 13], 16)
+    for piece in _pieces(handle):
+        if piece.startswith(b"Trace "):
+            tally = _run_tally(piece, files)
+            if tally is not None:
+                if segment is not None:
+                    segment.pending.update(tally)
+                continue
+            for line in piece.split(b"\n")[:-1]:  # a call starts in the run: line by line
+                entered = _enters(line, files)
+                if entered is not None:
+                    if call is not None:
+                        calls.append(call.end(blocks))
+                    call = _Call(entered)
+                    segment = call.tail
+                if segment is not None:
+                    segment.pending[line] += 1
+        elif piece.startswith(b"0x"):
+            colon = piece.find(b":")
+            word = int(piece[colon + 1 : colon + 13], 16)
             if block_insns == 0:
-                block_pc = int(line[2:colon], 16)
+                block_pc = int(piece[2:colon], 16)
             block_insns += 1
             block_sme += is_sme(word)
-        elif line.startswith(b"IN:"):
-            block_symbol = line[3:].strip().decode(errors="replace")
+        elif piece.startswith(b"IN:"):
+            block_symbol = piece[3:].strip().decode(errors="replace")
             block_pc, block_insns, block_sme = None, 0, 0
-        elif line == b"\n":
+        elif piece == b"\n":
             if block_pc is not None:
                 block = _Block(block_insns, block_sme, block_symbol)
                 old = blocks.get(block_pc)
@@ -385,16 +332,68 @@ def _scan(
                     segment.fold(blocks)  # executions so far used the old shape
                 blocks[block_pc] = block
                 block_pc, block_insns, block_sme = None, 0, 0
-        elif call is not None and _CLOCK.match(line):
-            value = _CLOCK_VALUE.search(line)
+        elif call is not None and _CLOCK.match(piece):
+            value = _CLOCK_VALUE.search(piece)
             call.clock_read(blocks, int(value[1]) * 10**9 + int(value[2]) if value else None)
             segment = call.tail
-        elif files.see(line.rstrip(b"\n"), calling=call is not None):
+        elif files.see(piece.rstrip(b"\n"), calling=call is not None):
             _drain(handle)
             break  # the inference loop is over
     return blocks, calls, call
 
 
+def _run_tally(run: bytes, files: GuestFiles) -> Counter[bytes] | None:
+    """How often each line of a run of ``Trace`` lines occurs, or None when one enters a call."""
+    tally = Counter(run.split(b"\n"))
+    del tally[b""]  # after the run's last newline
+    return None if any(_enters(line, files) is not None for line in tally) else tally
+
+
+def _enters(line: bytes, files: GuestFiles) -> str | None:
+    """The marker function a ``Trace`` line enters, if any: :meth:`GuestFiles.entered`, once per
+    distinct line."""
+    entered = files.entering.get(line, _UNSEEN)
+    if entered is _UNSEEN:
+        entered = files.entering[line] = files.entered(line)
+    return entered
+
+
+#: The newline before a line that is not a ``Trace`` line (or the log's last newline).
+_RUN_END = re.compile(rb"\n(?!Trace )")
+
+
+def _pieces(handle: BinaryIO) -> Iterator[bytes]:
+    """The log in order as pieces: each a run of consecutive ``Trace`` lines, or one other line
+    (with their newlines; a last line without one is given one).
+
+    Why: nine lines in ten are ``Trace`` lines, one per executed block, and a Python loop taking
+    them one by one cost about 0.26 µs a line: more than a quarter of a counted run's CPU beside
+    qemu's. Split and tallied as runs, they cost C code's time (``re``, ``bytes.split``,
+    ``Counter``); the shapes of blocks and the system calls still come line by line, in order.
+    """
+    carry = b""
+    while True:
+        chunk = handle.read(_CHUNK)
+        if not chunk:
+            if not carry:
+                return
+            chunk = b"\n"  # a last line without its newline ends there
+        text = carry + chunk
+        end = text.rfind(b"\n") + 1
+        text, carry = text[:end], text[end:]
+        at = 0
+        while at < end:
+            if text.startswith(b"Trace ", at):
+                stop = _RUN_END.search(text, at)
+                assert stop is not None, "the text ends with a newline"
+                after = stop.end()
+            else:
+                after = text.index(b"\n", at) + 1
+            yield text[at:after]
+            at = after
+
+
+_CHUNK = 1 << 20
 _UNSEEN = "<unseen>"  # not a function name (no ELF symbol has "<")
 
 
@@ -410,7 +409,7 @@ def _attribute(
     call: _Counted,
     blocks: Mapping[int, _Block],
     mappings: list[CodeMapping],
-    symbol_tables: list[_Symbols],
+    symbol_tables: list[ElfSymbols],
 ) -> InstructionCount:
     """Sum the per-pc tallies into functions and libraries (and each interval's into functions;
     every pc is looked up once)."""
