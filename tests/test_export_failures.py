@@ -12,6 +12,7 @@ from filelock import FileLock
 
 pytest.importorskip("executorch")
 
+from pytest_sme2.cache import being_built
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export import build as export_build
 from pytest_sme2.export import exporter as export
@@ -90,9 +91,18 @@ def test_a_process_that_waited_on_a_failing_export_takes_its_record_and_does_not
     """Two xdist workers reaching one failing pair: the second waits on the entry's lock while
     the first lowers; the first records its failure before releasing the lock, and the second,
     holding it, raises that record instead of lowering the same program again."""
+    directory = artifact_dir(UNQUANTIZABLE, "8da4w")
+    locked_while_recording: list[bool] = []
+    record_failure = export_failures.record
+
+    def record_locked(entry: Path, err: ExportError) -> None:
+        locked_while_recording.append(being_built(entry))  # the lock probe of another process
+        record_failure(entry, err)
+
+    monkeypatch.setattr(export_failures, "record", record_locked)
     with pytest.raises(ExportError):
         export_model(UNQUANTIZABLE, "8da4w")
-    directory = artifact_dir(UNQUANTIZABLE, "8da4w")
+    assert locked_while_recording == [True]  # recorded before the lock was let go
     record = export_failures.record_path(directory)
     recorded_text = record.read_text()
     record.unlink()  # as if the other worker were still lowering
