@@ -229,9 +229,9 @@ def _export_into(
     return running
 
 
-def settled(spec: ModelSpec, dtype: str) -> bool:
-    """Whether ``spec`` × ``dtype`` is exported, or failed as recorded: nothing to lower."""
-    directory = artifact_dir(spec, dtype)
+def settled(directory: Path) -> bool:
+    """Whether the entry ``directory`` (:func:`artifact_dir`) is exported, or failed as
+    recorded: nothing to lower."""
     return directory.is_dir() or export_failures.recorded(directory) is not None
 
 

@@ -46,7 +46,7 @@ def prefetch(pairs: Iterable[tuple[ModelSpec, str]], *, processes: int = 1) -> N
     global _PENDING
     every = list(pairs)
     # only what must be lowered goes to the processes: a warm session forks nothing
-    _PENDING = [(spec, dtype) for spec, dtype in every if not settled(spec, dtype)]
+    _PENDING = [(spec, dtype) for spec, dtype in every if not settled(artifact_dir(spec, dtype))]
     forking = "fork" in multiprocessing.get_all_start_methods()
     if processes > 1 and len(_PENDING) > 1 and forking:
         _PENDING = biggest_first(_PENDING)
@@ -82,7 +82,8 @@ def _elsewhere_last(pairs: Iterable[tuple[ModelSpec, str]]) -> Iterator[tuple[Mo
     """
     later = []
     for spec, dtype in pairs:
-        if not settled(spec, dtype) and being_built(artifact_dir(spec, dtype)):
+        directory = artifact_dir(spec, dtype)
+        if not settled(directory) and being_built(directory):
             later.append((spec, dtype))
         else:
             yield spec, dtype
