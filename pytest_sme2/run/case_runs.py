@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +81,11 @@ class CaseRuns:
             backends=delegate_backends(etrecord) if etrecord is not None else None,
             expected=read_tensors(expected) if expected is not None else None,
         )
+
+    def apart(self) -> CaseRuns:
+        """These runs with a progress task of their own, shown nowhere: for a variant run beside
+        another (:func:`pytest_sme2.run.measure.measure_program`)."""
+        return replace(self, running=progress.Task(self.running.what))
 
     def run_plan(
         self, runs: int, *, warmup: int, traced: bool, threads: int | None = None

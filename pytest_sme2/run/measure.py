@@ -31,6 +31,7 @@ from pytest_sme2.run.measurement import LoadMeasurement, Measurement, VariantMea
 from pytest_sme2.run.modelled_etdump import write_modelled_etdump
 from pytest_sme2.run.output_checks import parity
 from pytest_sme2.run.plan import CaseProgram, MeasurePlan
+from pytest_sme2.run.side_by_side import side_by_side
 from pytest_sme2.run.timing import Timing, disturbance, machine_load, timing_rounds
 from pytest_sme2.runner.invoke import RunPlan, RunResult
 
@@ -120,7 +121,7 @@ def measure_program(
             done = {v: _timed_variant(runs, v, timing.runs[v]) for v in info.variants}
         else:
             timing = None
-            done = {v: _emulated_variant(runs, v) for v in info.variants}
+            done = _emulated_variants(runs, info.variants)
     return _record(runs, done, timing, cpu_load)
 
 
@@ -142,6 +143,25 @@ def _timed_variant(runs: CaseRuns, variant: Variant, timed: Sequence[RunResult])
         _variant_record(variant, traced, variant_profile, evidence, timed, trace=trace),
         traced,
     )
+
+
+def _emulated_variants(runs: CaseRuns, variants: Sequence[Variant]) -> dict[Variant, _Measured]:
+    """Each variant's record where time means nothing, two variants side by side
+    (:mod:`pytest_sme2.run.side_by_side`): each is a runner process of its own whose instructions
+    no neighbour changes, so where a core is free the case takes as long as its slower variant
+    (the first count of a qemu-sme2 case is tens of seconds of qemu per variant; a decode step
+    with ExecuTorch's LLM kernels, a minute). Each variant keeps its steps off the measurement's
+    progress line, which two threads would take turns to overwrite; an error is sme2-on's first.
+    """
+    if len(variants) != 2:
+        return {variant: _emulated_variant(runs, variant) for variant in variants}
+    first, second = variants
+    runs.running.stage(f"{first} and {second} side by side")
+    one, other = side_by_side(
+        lambda: _emulated_variant(runs.apart(), first),
+        lambda: _emulated_variant(runs.apart(), second),
+    )
+    return {first: one, second: other}
 
 
 def _emulated_variant(runs: CaseRuns, variant: Variant) -> _Measured:

@@ -8,7 +8,6 @@ can never be mistaken for the previous one's results.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.runner import dies_with_parent
+from pytest_sme2.runner import dies_with_parent, stoppable
 from pytest_sme2.runner.staging import (
     SEARCHED,
     STAGED_BINARY,
@@ -325,14 +324,16 @@ def run_process(
     runner's own children); killing the one we started would leave the others running and
     holding the session's pipes. On the deadline, and on anything that interrupts the wait
     (Ctrl-C, SIGTERM turned into an exception), the whole group is killed before the error
-    propagates, so no process outlives the call. Raises ``subprocess.TimeoutExpired`` carrying
-    what the command wrote.
+    propagates, so no process outlives the call; so it is when another thread stops this one's
+    calls (:mod:`pytest_sme2.runner.stoppable`: the call raises its ``Stopped``). Raises
+    ``subprocess.TimeoutExpired`` carrying what the command wrote.
 
     A kill -9 of pytest runs none of that: on Linux the process also gets SIGKILL when its
     parent dies (:mod:`pytest_sme2.runner.dies_with_parent`), so a runner or qemu never runs on
     for minutes, re-parented to PID 1. Elsewhere it is left to the process group's other
     deadlines.
     """
+    stoppable.refuse_if_stopped(command)
     started, preexec = dies_with_parent.guarded(command)
     proc = subprocess.Popen(
         started,
@@ -345,16 +346,17 @@ def run_process(
         start_new_session=True,
         preexec_fn=preexec,
     )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        stdout, stderr = proc.communicate()
-        raise subprocess.TimeoutExpired(command, timeout_s, stdout, stderr) from None
-    except BaseException:
-        _kill_group(proc)
-        proc.communicate()
-        raise
+    with stoppable.running(proc, command):
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stoppable.kill_group(proc)
+            stdout, stderr = proc.communicate()
+            raise subprocess.TimeoutExpired(command, timeout_s, stdout, stderr) from None
+        except BaseException:
+            stoppable.kill_group(proc)
+            proc.communicate()
+            raise
     dies_with_parent.raise_if_not_started(proc.returncode, stderr, command)
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
@@ -384,11 +386,6 @@ def run_step(
     except OSError as err:
         problem = err.strerror or err
         raise RunnerError(f"{what} could not run ({problem}); command: {shown}") from None
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):  # already gone, group and all
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def exit_reason(returncode: int) -> str:
