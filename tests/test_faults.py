@@ -43,6 +43,16 @@ def _alive(marker: str) -> list[str]:
     return processes_mentioning(marker)
 
 
+def _alive_after(marker: str, seconds: float) -> list[str]:
+    """What of ``marker`` is still alive once ``seconds`` have passed, found as soon as nothing
+    is (a process that has ended does not come back): the seconds a kill -9 of pytest leaves a
+    runner to die, waited for only while it lives."""
+    deadline = time.monotonic() + seconds
+    while (alive := _alive(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
 def test_alive_finds_a_process_under_the_tests_temporary_directory(tmp_path: Path) -> None:
     """The check the fault tests end with can fail: a leftover process whose command line names
     a path under ``tmp_path`` (``/tmp/pytest-of-…``) is found, and gone once killed."""
@@ -58,10 +68,8 @@ def test_alive_finds_a_process_under_the_tests_temporary_directory(tmp_path: Pat
     finally:
         os.killpg(left.pid, signal.SIGKILL)
         left.wait()
-    deadline = time.monotonic() + 10  # SIGKILL reaches the group's other member (sh's fork) later
-    while _alive(str(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _alive(str(tmp_path)) == []
+    # SIGKILL reaches the group's other member (sh's fork) later
+    assert _alive_after(str(tmp_path), 10) == []
 
 
 def test_the_deadline_kills_the_whole_process_group() -> None:
@@ -348,15 +356,15 @@ def test_kill_9_of_a_process_in_a_runner_call_leaves_no_runner_alive(
         f"run_process(['sleep', '{marker}'], timeout_s=7200)\n"
     )
     caller = subprocess.Popen([sys.executable, "-c", code])
+    runner = f"sleep {marker}"  # the runner's command line; the caller's says ['sleep', '…']
     try:
         deadline = time.monotonic() + 60
-        while not _alive(marker):
+        while not _alive(runner):
             assert time.monotonic() < deadline and caller.poll() is None
             time.sleep(0.1)
         caller.kill()
         caller.wait()
-        time.sleep(5)
-        assert _alive(marker) == []
+        assert _alive_after(runner, 5) == []
     finally:
         caller.kill()
         subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
@@ -402,8 +410,7 @@ def test_kill_9_of_pytest_in_a_long_runner_call_leaves_no_runner_5_s_later(
     try:
         session.kill()
         session.wait(timeout=60)
-        time.sleep(5)
-        assert _alive(marker) == []
+        assert _alive_after(marker, 5) == []
     finally:
         subprocess.run(["pkill", "-f", marker], check=False)
 
