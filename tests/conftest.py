@@ -9,6 +9,7 @@ import pytest
 from pytest_sme2.cache import cache_root
 from pytest_sme2.run.devices.qemu import QemuSme2Device
 from pytest_sme2.run.devices.registry import device_class
+from tests.forked_sessions import forked_popen
 
 #: The user's cache (exports, runner builds, qemu), resolved before pytester points HOME at each
 #: test's own directory — where an inner session would otherwise rebuild the runner and
@@ -87,8 +88,10 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     with the other worker's exports by design, so the default — time not judged when the runs
     lost the CPU — would make every time-gate test a coin toss. The rule itself is tested where
     it is the subject (tests/test_disturbance.py), which takes this away. Set after pytester's
-    own set-up, which clears ``PYTEST_ADDOPTS``.
+    own set-up, which clears ``PYTEST_ADDOPTS``. Its ``runpytest_subprocess`` sessions are
+    forked from a server that has imported torch (:mod:`tests.forked_sessions`).
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(INNER_DEFAULTS))
     monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
+    monkeypatch.setattr(pytester, "popen", forked_popen(pytester.popen))
     return pytester
