@@ -80,7 +80,9 @@ INNER_DEFAULTS = (
 
 
 @pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+def pytester(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> pytest.Pytester:
     """pytest's ``pytester``, whose inner sessions judge time even where other work took the CPU
     and share the suite's cache (:data:`SHARED_CACHE`; a test about an empty cache sets its own).
 
@@ -89,9 +91,11 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     lost the CPU — would make every time-gate test a coin toss. The rule itself is tested where
     it is the subject (tests/test_disturbance.py), which takes this away. Set after pytester's
     own set-up, which clears ``PYTEST_ADDOPTS``. Its ``runpytest_subprocess`` sessions are
-    forked from a server that has imported torch (:mod:`tests.forked_sessions`).
+    forked from a server that has imported torch (:mod:`tests.forked_sessions`), except for a
+    test marked ``fresh_interpreter`` (one about what importing the libraries does).
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(INNER_DEFAULTS))
     monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
-    monkeypatch.setattr(pytester, "popen", forked_popen(pytester.popen))
+    if request.node.get_closest_marker("fresh_interpreter") is None:
+        monkeypatch.setattr(pytester, "popen", forked_popen(pytester.popen))
     return pytester

@@ -9,7 +9,13 @@ costs, paid by well over a hundred of them per run of this suite. A multiprocess
 then sets up what ``python -mpytest`` would have (``forkserver/sme2_forked_pytest.py``). Only
 sessions run through pytester's ``run`` are forked; a test that starts one with
 ``pytester.popen`` (to signal it, or read it while it runs) gets a new interpreter, as does any
-other command.
+other command and any test marked ``fresh_interpreter``.
+
+What a forked session cannot see: whatever torch and pytest do while they are imported (their
+import-time warnings, filters and log handlers happen in the server, once), and what an
+interpreter reads from the environment when it starts (``PYTHONWARNINGS``, ``PYTHONHASHSEED``,
+``PYTHONDEVMODE``; torch's ``OMP_*``, ``TORCH_LOGS``): no test sets those for an inner session,
+and a test about import-time behaviour (tests/test_quiet.py) is marked ``fresh_interpreter``.
 """
 
 from __future__ import annotations

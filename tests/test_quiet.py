@@ -19,6 +19,10 @@ from tests.inner import INNER_TEST, REPO, SMALL_MODEL
 
 pytest_plugins = ["pytester"]
 
+#: A new interpreter, not a forked one: what torch and executorch warn while they are imported
+#: must reach this session as it reaches a user's (tests/forked_sessions.py).
+pytestmark = pytest.mark.fresh_interpreter
+
 #: Resolved before pytester points HOME elsewhere: exports, the runner and qemu are reused.
 CACHE = cache_root()
 

@@ -84,7 +84,7 @@ class CaseRuns:
 
     def apart(self) -> CaseRuns:
         """These runs with a progress task of their own, shown nowhere: for a variant run beside
-        another (:func:`pytest_sme2.run.measure.measure_program`)."""
+        another (``pytest_sme2.run.measure._emulated_variants``)."""
         return replace(self, running=progress.Task(self.running.what))
 
     def run_plan(

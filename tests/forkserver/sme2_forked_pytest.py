@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 
 
@@ -24,7 +25,7 @@ def _run(
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    pythonpath = [os.path.abspath(e) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
     sys.path[:] = [cwd, *pythonpath, *interpreter_path]
     for fd, path in ((1, stdout), (2, stderr)):
         target = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -36,7 +37,10 @@ def _run(
     try:
         status = int(pytest.main(list(args)))
     finally:
-        atexit._run_exitfuncs()  # what interpreter exit runs; the forked child ends with _exit
+        # what interpreter exit does, in its order (the forked child ends with os._exit): wait
+        # for the session's non-daemon threads, then run the atexit functions
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
     sys.exit(status)
 
 
