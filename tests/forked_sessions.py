@@ -75,13 +75,6 @@ class ForkedSession:
         self._process = process
         self.pid = process.pid
 
-    @property
-    def returncode(self) -> int | None:
-        return self._process.exitcode
-
-    def poll(self) -> int | None:
-        return self._process.exitcode
-
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self._process.exitcode is None:

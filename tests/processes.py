@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -37,3 +38,13 @@ def processes_mentioning(text: str) -> list[str]:
         if text in line:
             found.append(line)
     return found
+
+
+def alive_after(text: str, seconds: float) -> list[str]:
+    """:func:`processes_mentioning` ``text`` once ``seconds`` have passed, returned as soon as
+    nothing is (a process that has ended does not come back): the time a killed group, or a
+    runner whose session died, has to go, waited for only while it lives."""
+    deadline = time.monotonic() + seconds
+    while (alive := processes_mentioning(text)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive

@@ -24,7 +24,7 @@ from pytest_sme2.errors import RunnerError
 from pytest_sme2.judge.baseline_file import load
 from pytest_sme2.runner.invoke import run_process, run_step
 from tests.inner import INNER_TEST, inner_conftest, through_qemu
-from tests.processes import processes_mentioning
+from tests.processes import alive_after, processes_mentioning
 
 pytest_plugins = ["pytester"]
 
@@ -43,16 +43,6 @@ def _alive(marker: str) -> list[str]:
     return processes_mentioning(marker)
 
 
-def _alive_after(marker: str, seconds: float) -> list[str]:
-    """What of ``marker`` is still alive once ``seconds`` have passed, found as soon as nothing
-    is (a process that has ended does not come back): the seconds a kill -9 of pytest leaves a
-    runner to die, waited for only while it lives."""
-    deadline = time.monotonic() + seconds
-    while (alive := _alive(marker)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
-
-
 def test_alive_finds_a_process_under_the_tests_temporary_directory(tmp_path: Path) -> None:
     """The check the fault tests end with can fail: a leftover process whose command line names
     a path under ``tmp_path`` (``/tmp/pytest-of-…``) is found, and gone once killed."""
@@ -69,7 +59,7 @@ def test_alive_finds_a_process_under_the_tests_temporary_directory(tmp_path: Pat
         os.killpg(left.pid, signal.SIGKILL)
         left.wait()
     # SIGKILL reaches the group's other member (sh's fork) later
-    assert _alive_after(str(tmp_path), 10) == []
+    assert alive_after(str(tmp_path), 10) == []
 
 
 def test_the_deadline_kills_the_whole_process_group() -> None:
@@ -364,7 +354,7 @@ def test_kill_9_of_a_process_in_a_runner_call_leaves_no_runner_alive(
             time.sleep(0.1)
         caller.kill()
         caller.wait()
-        assert _alive_after(runner, 5) == []
+        assert alive_after(runner, 5) == []
     finally:
         caller.kill()
         subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
@@ -410,7 +400,7 @@ def test_kill_9_of_pytest_in_a_long_runner_call_leaves_no_runner_5_s_later(
     try:
         session.kill()
         session.wait(timeout=60)
-        assert _alive_after(marker, 5) == []
+        assert alive_after(marker, 5) == []
     finally:
         subprocess.run(["pkill", "-f", marker], check=False)
 

@@ -14,7 +14,7 @@ from pytest_sme2.errors import RunnerError
 from pytest_sme2.run.side_by_side import side_by_side
 from pytest_sme2.runner.invoke import run_process
 from pytest_sme2.runner.stoppable import Stopped
-from tests.processes import processes_mentioning
+from tests.processes import alive_after, processes_mentioning
 
 
 def _started(marker: str) -> None:
@@ -23,14 +23,6 @@ def _started(marker: str) -> None:
     while not processes_mentioning(f"sleep {marker}"):
         assert time.monotonic() < deadline, f"sleep {marker} never started"
         time.sleep(0.02)
-
-
-def _gone(marker: str) -> list[str]:
-    """What is left of ``sleep marker`` within 10 s (the group is killed, not waited for)."""
-    deadline = time.monotonic() + 10
-    while (alive := processes_mentioning(f"sleep {marker}")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return alive
 
 
 def test_both_calls_run_at_once_and_give_their_results_in_order() -> None:
@@ -68,7 +60,7 @@ def test_an_error_of_the_first_stops_the_seconds_runner_and_refuses_its_next(
         side_by_side(first, second)
     assert time.monotonic() - began < 15  # not the 30 s of the second's deadline
     assert started_second == ["first run ended"]  # it had ended before the pair returned
-    assert _gone(marker) == [] and processes_mentioning(never) == []
+    assert alive_after(f"sleep {marker}", 10) == [] and processes_mentioning(never) == []
     assert not (tmp_path / "ran").exists()  # the second's next call never started
 
 
@@ -86,7 +78,7 @@ def test_ctrl_c_on_the_calling_thread_leaves_no_runner_of_the_other() -> None:
     with pytest.raises(KeyboardInterrupt):
         side_by_side(first, lambda: run_process(["sleep", marker], timeout_s=30))
     assert time.monotonic() - began < 15  # not the 30 s of the other's deadline
-    assert _gone(marker) == []
+    assert alive_after(f"sleep {marker}", 10) == []
 
 
 def test_the_seconds_error_is_raised_once_the_first_is_done() -> None:
