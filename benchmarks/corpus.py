@@ -45,9 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pytest_sme2.cache import write_atomic  # noqa: E402
+from pytest_sme2.devices.kinds import device_class  # noqa: E402
 from pytest_sme2.export.exporter import Artifact, load_cached  # noqa: E402
-from pytest_sme2.export.registry import ModelSpec, registered_models  # noqa: E402
-from pytest_sme2.run.devices.registry import device_class  # noqa: E402
+from pytest_sme2.export.model_spec import ModelSpec, registered_models  # noqa: E402
 
 CONFTEST = "import benchmarks.corpus_models  # noqa: F401  (registers the corpus)\n"
 #: The suite's own test: what a user's project runs.

@@ -1,7 +1,7 @@
 """What the qemu-sme2 counted run costs, and where: qemu's own logging or our counting.
 
 Per example (its emulation size; corpus members too with ``--corpus``) × dtype × variant, the run
-the device counts (:data:`pytest_sme2.run.devices.qemu.COUNTED_WARMUP` warm-up executions, then the
+the device counts (:data:`pytest_sme2.devices.qemu.COUNTED_WARMUP` warm-up executions, then the
 counted one, traced) is made four ways:
 
 * ``plain``: the exec log off, as a plain qemu run: the floor;
@@ -10,7 +10,7 @@ counted one, traced) is made four ways:
 * ``count``: the log into a FIFO drained by our counter (the device's counted run, stored),
   also in CPU seconds (qemu's and the counter's: what it costs beside other work);
 * ``stored``: the same counted run read back from the store (the next session's cost,
-  :mod:`pytest_sme2.run.devices.stored_counts`).
+  :mod:`pytest_sme2.devices.stored_counts`).
 
 Each is split by the runner's own timings into the load phase (process start, program load,
 method init: everything before the first ``Method::execute``, and the writing of results after
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_sme2.run.devices.base import Variant
+    from pytest_sme2.records.device import Variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's models/ and benchmarks/
 
@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 def cases(models: list[str] | None, dtypes: list[str], corpus: bool) -> Iterator[tuple[str, str]]:
     """(model, dtype) of every example, and corpus member with ``corpus``, that was asked for."""
     import models as examples  # noqa: F401  (registers the examples)
-    from pytest_sme2.export.registry import registered_models
+    from pytest_sme2.export.model_spec import registered_models
 
     if corpus:
         import benchmarks.corpus_models  # noqa: F401  (registers the corpus)
@@ -89,14 +89,14 @@ def measure_case(
 ) -> tuple[dict[str, tuple[float, float]], float]:
     """Per stage, (load phase, executions) in wall seconds of one case's counted run; and the
     CPU seconds of the ``count`` stage."""
-    from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
-    from pytest_sme2.run.devices.provision import provision_qemu, qemu_command
-    from pytest_sme2.run.devices.qemu import (
+    from pytest_sme2.devices.provision import provision_qemu, qemu_command
+    from pytest_sme2.devices.qemu import (
         COUNTED_WARMUP,
         DEFAULT_SME_VECTOR_LENGTH,
         QemuSme2Device,
     )
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.build import build_runner
     from pytest_sme2.runner.invoke import TIMINGS_NAME, RunPlan, run_runner
 
@@ -146,7 +146,7 @@ def measure_case(
 
 def main() -> None:
     from pytest_sme2.errors import ExportError
-    from pytest_sme2.run.devices.base import Variant
+    from pytest_sme2.records.device import Variant
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="models to run (default: every example)")

@@ -51,9 +51,9 @@ from pytest_sme2.export.key import (  # noqa: E402
     artifact_key,
     package_versions,
 )
+from pytest_sme2.export.model_spec import ModelSpec, get_model, registered_models  # noqa: E402
 from pytest_sme2.export.recipes import CALIBRATION_SEEDS, EXAMPLE_SEED  # noqa: E402
 from pytest_sme2.export.reference import REFERENCE  # noqa: E402
-from pytest_sme2.export.registry import ModelSpec, get_model, registered_models  # noqa: E402
 
 SUITE_TARGET = 1.15
 SUITE = [

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 import models  # noqa: E402, F401  (registers the examples)
 from pytest_sme2.errors import STAGES, ExportError  # noqa: E402
 from pytest_sme2.export import exporter, key, recipes  # noqa: E402
-from pytest_sme2.export.registry import ModelSpec, get_model, registered_models  # noqa: E402
+from pytest_sme2.export.model_spec import ModelSpec, get_model, registered_models  # noqa: E402
 
 TARGET = 1.2
 #: Our stages as the table shows them, in pipeline order ("key" is the traced-program key).

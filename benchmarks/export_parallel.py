@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, {repo!r})
 import models  # registers the examples
 from pytest_sme2.export.prefetch import prefetch
-from pytest_sme2.export.registry import registered_models
+from pytest_sme2.export.model_spec import registered_models
 
 wanted = {models!r}
 pairs = [

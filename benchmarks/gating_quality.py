@@ -688,7 +688,7 @@ import sys
 sys.path.insert(0, {repo!r})
 import models  # registers the examples
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
+from pytest_sme2.export.model_spec import get_model
 
 spec = get_model({model!r})
 for dtype in spec.dtypes:

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.exec_filter import fixed_layout
-from pytest_sme2.run.devices.log_fifo import read_while
-from pytest_sme2.run.devices.qemu import (
+from pytest_sme2.devices.exec_filter import fixed_layout
+from pytest_sme2.devices.log_fifo import read_while
+from pytest_sme2.devices.qemu import (
     COUNTED_WARMUP,
     EXECUTE_SYMBOL,
     INIT_SYMBOL,
     QemuSme2Device,
 )
-from pytest_sme2.run.devices.qemu_log import count_calls
+from pytest_sme2.devices.qemu_log import count_calls
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.invoke import RunPlan
 from pytest_sme2.runner.tensors import write_tensors
 

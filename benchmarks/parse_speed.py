@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's model
 def make_trace(directory: Path, runs: int) -> Path:
     import models  # noqa: F401  (registers vit_tiny)
     from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.build import build_runner
     from pytest_sme2.runner.invoke import RunPlan, run_runner
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_sme2.run.devices.provision import CROSS_PACKAGES, provision_qemu
+from pytest_sme2.devices.provision import CROSS_PACKAGES, provision_qemu
 from pytest_sme2.runner.build import build_runner
 
 # What installing CROSS_PACKAGES brings in: removed by --reinstall-apt, nothing else.

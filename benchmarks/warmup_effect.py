@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis.trace import Trace
-    from pytest_sme2.run.devices.base import Variant
-    from pytest_sme2.run.devices.qemu import QemuSme2Device
+    from pytest_sme2.devices.qemu import QemuSme2Device
+    from pytest_sme2.records.device import Variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's models/
 
@@ -41,7 +41,7 @@ def compare(model: str, dtype: str, variant: Variant, device: QemuSme2Device, wo
     from pytest_sme2.analysis.attribution import instruction_trace
     from pytest_sme2.analysis.trace import read_etdump
     from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.invoke import RunPlan
 
     artifact = export_model(get_model(model).for_emulation(), dtype)
@@ -75,10 +75,10 @@ def compare(model: str, dtype: str, variant: Variant, device: QemuSme2Device, wo
 
 def main() -> None:
     import models  # noqa: F401  (registers the examples)
+    from pytest_sme2.devices.qemu import QemuSme2Device
     from pytest_sme2.errors import ExportError
-    from pytest_sme2.export.registry import registered_models
-    from pytest_sme2.run.devices.base import Variant
-    from pytest_sme2.run.devices.qemu import QemuSme2Device
+    from pytest_sme2.export.model_spec import registered_models
+    from pytest_sme2.records.device import Variant
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", help="examples to run (default: all)")

@@ -1,6 +1,6 @@
 """The built-in example models; importing this package registers them all.
 
-Each module registers one model with :func:`pytest_sme2.export.registry.register_model`; its
+Each module registers one model with :func:`pytest_sme2.export.model_spec.register_model`; its
 docstring says what the model stresses in a profile.
 """
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from models._seeding import calibrate_batchnorm, seeded_randn, seeded_weights
-from pytest_sme2.export.registry import register_model
+from pytest_sme2.export.model_spec import register_model
 
 BN_EPS = 1e-3
 

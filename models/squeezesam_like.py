@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from models._seeding import calibrate_batchnorm, seeded_randn, seeded_weights
-from pytest_sme2.export.registry import register_model
+from pytest_sme2.export.model_spec import register_model
 
 IMAGE = 256
 #: The image side on emulated devices: a quarter of the pixels, the same operators and kernels

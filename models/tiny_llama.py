@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from models._seeding import seeded_weights
-from pytest_sme2.export.registry import register_model
+from pytest_sme2.export.model_spec import register_model
 
 VOCAB = 8192
 DIM = 384

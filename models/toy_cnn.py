@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from models._seeding import seeded_randn, seeded_weights
-from pytest_sme2.export.registry import register_model
+from pytest_sme2.export.model_spec import register_model
 
 
 class ToyCNN(nn.Module):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from models._seeding import seeded_randn, seeded_weights
-from pytest_sme2.export.registry import register_model
+from pytest_sme2.export.model_spec import register_model
 
 IMAGE = 224
 #: The image side on emulated devices: 49 patches instead of 196, the same operators and kernels.

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis.tolerances import Tolerance
+    from pytest_sme2.export.model_spec import ModelSpec, register_model
     from pytest_sme2.export.program_files import register_program
-    from pytest_sme2.export.registry import ModelSpec, register_model
 
 __all__ = ["ModelSpec", "Tolerance", "register_model", "register_program"]
 
 #: Each public name → the module that defines it.
 _HOMES = {
-    "ModelSpec": "pytest_sme2.export.registry",
-    "register_model": "pytest_sme2.export.registry",
+    "ModelSpec": "pytest_sme2.export.model_spec",
+    "register_model": "pytest_sme2.export.model_spec",
     "register_program": "pytest_sme2.export.program_files",
     "Tolerance": "pytest_sme2.analysis.tolerances",
 }

@@ -89,7 +89,7 @@ def default_report_dir(run_dir: Path) -> Path:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_sme2.report.rundir import report_run_dir
+    from pytest_sme2.report.from_files import report_run_dir
 
     out = args.out or default_report_dir(args.run_dir)
     sys.stdout.write(report_run_dir(args.run_dir, out, warmup=args.warmup))
@@ -99,7 +99,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from pytest_sme2.report.artifacts import REPORT_NAME
-    from pytest_sme2.report.rundir import compare_etdumps, compare_run_dirs
+    from pytest_sme2.report.from_files import compare_etdumps, compare_run_dirs
 
     if args.off.is_dir() and args.on.is_dir():
         sys.stdout.write(compare_run_dirs(args.off, args.on, warmup=args.warmup))

@@ -14,9 +14,9 @@ import pytest
 if TYPE_CHECKING:
     from pytest_sme2.judge.history import HistoryRecord
     from pytest_sme2.judge.unused_baselines import UnusedBaselines
-    from pytest_sme2.judge.verdict import Verdict
+    from pytest_sme2.records.measurement import Measurement
+    from pytest_sme2.records.verdict import Verdict
     from pytest_sme2.report.kit_json import Program
-    from pytest_sme2.run.measurement import Measurement
     from pytest_sme2.settings import Settings
 
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()

@@ -30,15 +30,15 @@ from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 if TYPE_CHECKING:
     from pytest_sme2.analysis.profile import Comparison
     from pytest_sme2.analysis.trace import Trace
+    from pytest_sme2.devices.base import Device
     from pytest_sme2.export.exporter import Artifact
-    from pytest_sme2.export.registry import ModelSpec
+    from pytest_sme2.export.model_spec import ModelSpec
     from pytest_sme2.judge.baseline import Baseline
     from pytest_sme2.judge.baseline_file import Stored
     from pytest_sme2.judge.history import HistoryLog
-    from pytest_sme2.run.devices.base import Device
-    from pytest_sme2.run.fleet import Fleet
-    from pytest_sme2.run.measure import MachineSpeed
-    from pytest_sme2.run.measurement import Measurement
+    from pytest_sme2.measure.fleet import Fleet
+    from pytest_sme2.measure.settle import MachineSpeed
+    from pytest_sme2.records.measurement import Measurement
     from pytest_sme2.settings import Case, Settings
 
 
@@ -49,8 +49,15 @@ MARKER_HELP = (
 )
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The hooks a conftest or plugin implements to add devices, machine info and gates."""
+    from pytest_sme2 import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_sme2.run.devices.registry import DEVICE_CLASSES
+    from pytest_sme2.devices.kinds import DEVICE_CLASSES
 
     group = parser.getgroup("sme2", "pytest-sme2 (SME2 profiling regression tests)")
     for option in OPTIONS:
@@ -145,7 +152,7 @@ def exported_model() -> Callable[[str | ModelSpec, str], Artifact]:
 
     Takes a registered name or a ``ModelSpec`` (e.g. ``spec.for_emulation()``)."""
     from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
 
     def export(model: str | ModelSpec, dtype: str) -> Artifact:
         return export_model(get_model(model) if isinstance(model, str) else model, dtype)
@@ -231,10 +238,13 @@ def sme2_measure(
 ) -> Callable[[str], Measurement]:
     """``sme2_measure(label)``: measure the current case afresh, its files under ``label``.
 
-    Each runner call's deadline follows from the case's baseline (``pytest_sme2.run.deadline``)."""
-    from pytest_sme2.judge.deadlines import case_deadline
+    Each runner call's deadline follows from the case's baseline
+    (``pytest_sme2.measure.deadline``)."""
+    from pytest_sme2.measure.deadline import Deadline
 
-    deadline = case_deadline(sme2_baseline, sme2_device.info(), sme2_settings.plan.timeout_s)
+    fixed_s = sme2_settings.plan.timeout_s
+    info = sme2_device.info()
+    deadline = sme2_baseline.deadline(info, fixed_s) if sme2_baseline else Deadline(fixed_s)
     return CaseMeasure(
         request.node,
         sme2_case,
@@ -326,7 +336,7 @@ def sme2_judge(
     fails the test with reviewer sentences when a gate fails (or is skipped under --sme2-strict);
     a failure of only time gates is confirmed by a fresh measurement first (``judge.check``)."""
     from pytest_sme2.judge.check import CaseCheck
-    from pytest_sme2.run.measure import settle_before_confirming
+    from pytest_sme2.measure.settle import settle_before_confirming
 
     node = request.node
 

@@ -37,7 +37,7 @@ from pytest_sme2.progress import Finished
 if TYPE_CHECKING:
     from pytest_sme2.judge.history import HistoryRecord
     from pytest_sme2.report.markdown import SessionEntry
-    from pytest_sme2.report.scaling import ScalingView
+    from pytest_sme2.report.scaling_view import ScalingView
 
 
 def _series_key(record: HistoryRecord) -> tuple[str, str, str, int]:
@@ -315,8 +315,9 @@ class ReportPlugin:
 
     @functools.cached_property
     def scaling(self) -> list[ScalingView]:
-        """The session's thread-scaling views (``report.scaling``), built once from every case."""
-        from pytest_sme2.report.scaling import scaling_views
+        """The session's thread-scaling views (``report.scaling_view``), built once from every
+        case."""
+        from pytest_sme2.report.scaling_view import scaling_views
 
         return scaling_views(entry.measurement for entry in self.entries)
 
@@ -327,8 +328,8 @@ class ReportPlugin:
         order, and the reports must not depend on it. Read once, when the session has ended:
         the HTML summary and report.md both use it."""
         from pytest_sme2.report.artifacts import MANIFEST_NAME, REPORT_NAME
+        from pytest_sme2.report.from_files import load_test_dir
         from pytest_sme2.report.markdown import SessionEntry
-        from pytest_sme2.report.rundir import load_test_dir
 
         entries = []
         for nodeid, directory in sorted(self.dirs.items()):

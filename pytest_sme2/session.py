@@ -34,19 +34,19 @@ from pytest_sme2.keys import (
 )
 
 if TYPE_CHECKING:
+    from pytest_sme2.devices.base import Device
+    from pytest_sme2.devices.spec import DeviceSpec
     from pytest_sme2.export.exporter import Artifact
     from pytest_sme2.judge.check import CaseCheck
     from pytest_sme2.judge.expectations import Expectations
     from pytest_sme2.judge.history import HistoryLog
     from pytest_sme2.judge.unused_baselines import UnusedBaselines
-    from pytest_sme2.judge.verdict import Verdict
-    from pytest_sme2.run.deadline import Deadline
-    from pytest_sme2.run.devices.base import Device
-    from pytest_sme2.run.devices.spec import DeviceSpec
-    from pytest_sme2.run.fleet import Fleet
-    from pytest_sme2.run.measure import MachineSpeed
-    from pytest_sme2.run.measurement import Measurement
-    from pytest_sme2.run.plan import MeasurePlan
+    from pytest_sme2.measure.deadline import Deadline
+    from pytest_sme2.measure.fleet import Fleet
+    from pytest_sme2.measure.plan import MeasurePlan
+    from pytest_sme2.measure.settle import MachineSpeed
+    from pytest_sme2.records.measurement import Measurement
+    from pytest_sme2.records.verdict import Verdict
     from pytest_sme2.settings import Case, Settings
 
 #: the key of the unused baselines in an xdist worker's ``workeroutput``
@@ -129,7 +129,7 @@ def choose_loadgroup(config: pytest.Config) -> None:
     from them, so that its node ids carry the groups the controller schedules by.
     """
     from pytest_sme2.errors import ConfigError
-    from pytest_sme2.run.fleet import xdist_group
+    from pytest_sme2.measure.fleet import xdist_group
     from pytest_sme2.settings import fleet_specs
 
     worker = hasattr(config, "workerinput")
@@ -197,7 +197,7 @@ class Sme2Session:
     @property
     def fleet(self) -> Fleet:
         """The session's devices, prepared on first use (runner built/provisioned once each)."""
-        from pytest_sme2.run.fleet import Fleet
+        from pytest_sme2.measure.fleet import Fleet
 
         if self._fleet is None:
             self._fleet = Fleet(lambda name: self.config.getoption(name, None))
@@ -206,8 +206,8 @@ class Sme2Session:
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize a test that asks for ``sme2_case`` over model × dtype (× threads), and
         over each registered program (``register_program``: one case, its label as dtype)."""
+        from pytest_sme2.export.model_spec import registered_models
         from pytest_sme2.export.program_files import registered_programs
-        from pytest_sme2.export.registry import registered_models
 
         settings = self.settings
         cases = or_fail(lambda: settings.cases((*registered_models(), *registered_programs())))
@@ -224,7 +224,7 @@ class Sme2Session:
         ever run at once; an emulated device's cases may spread.
         """
         from pytest_sme2.errors import ConfigError
-        from pytest_sme2.run.fleet import xdist_group
+        from pytest_sme2.measure.fleet import xdist_group
 
         reported: set[str] = set()
         kept = []
@@ -384,8 +384,8 @@ class CaseMeasure:
 
     def _measure(self, label: str) -> Measurement:
         from pytest_sme2.export.program_files import ProgramSpec
+        from pytest_sme2.measure.case import measure
         from pytest_sme2.quiet import quiet_libraries
-        from pytest_sme2.run.measure import measure
 
         case, artifact, settings = self.case, self.artifact, self.settings
         program = case.model

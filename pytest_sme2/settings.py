@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.export.registry import DTYPES, ModelSpec
+from pytest_sme2.export.model_spec import DTYPES, ModelSpec
 from pytest_sme2.judge.baseline import Tolerances
-from pytest_sme2.run.measure import MeasurePlan
+from pytest_sme2.measure.case import MeasurePlan
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
+    from pytest_sme2.devices.spec import DeviceSpec
     from pytest_sme2.export.program_files import ProgramSpec
     from pytest_sme2.judge.check import Policy
-    from pytest_sme2.run.devices.spec import DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ class Settings:
         """Every device × selected model × dtype × thread count, device by device and models in
         registration order; on an emulating device, each model as it runs there (its emulation
         params)."""
-        from pytest_sme2.run.devices.registry import device_class
+        from pytest_sme2.devices.kinds import device_class
 
         known = {spec.name for spec in registered}
         unknown = [name for name in self.models if name not in known]
@@ -236,8 +236,8 @@ def fleet_specs(
     get_option: Callable[[str], Any], get_ini: Callable[[str], Any]
 ) -> tuple[DeviceSpec, ...]:
     """The session's devices: ``--sme2-device``, else the ini key ``sme2_devices``, else
-    ``sme2_device`` (default ``auto``: ``run.devices.spec.auto_specs``)."""
-    from pytest_sme2.run.devices.spec import parse_device_specs
+    ``sme2_device`` (default ``auto``: ``devices.spec.auto_specs``)."""
+    from pytest_sme2.devices.spec import parse_device_specs
 
     return parse_device_specs(
         get_option("sme2_device") or get_ini(FLEET_INI) or get_ini("sme2_device")

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_sme2.cache import cache_root
-from pytest_sme2.run.devices.qemu import QemuSme2Device
-from pytest_sme2.run.devices.registry import device_class
+from pytest_sme2.devices.kinds import device_class
+from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
 
 #: The user's cache (exports, runner builds, qemu), resolved before pytester points HOME at each

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import pytest
 
 from pytest_sme2.errors import ExportError
-from pytest_sme2.export.registry import ModelSpec, registered_models
+from pytest_sme2.export.model_spec import ModelSpec, registered_models
 
 #: (model, dtype) → (the stage it fails at, text its cause contains)
 KNOWN_EXPORT_FAILURES: dict[tuple[str, str], tuple[str, str]] = {

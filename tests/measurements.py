@@ -16,12 +16,13 @@ from pytest_sme2.analysis.kernel_names import Isa, kernel_isa
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
 from pytest_sme2.analysis.trace import Event, Run, Trace
+from pytest_sme2.devices.base import Device
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices.base import Device, DeviceInfo, Sme2Evidence, Variant
-from pytest_sme2.run.measure import MeasurePlan, measure
-from pytest_sme2.run.measurement import Measurement, VariantMeasurement
-from pytest_sme2.runner.invoke import CpuSeen
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.measure.case import MeasurePlan, measure
+from pytest_sme2.records.device import DeviceInfo, Variant
+from pytest_sme2.records.evidence import CpuSeen, Sme2Evidence
+from pytest_sme2.records.measurement import Measurement, VariantMeasurement
 
 MS = 1_000_000
 

@@ -53,6 +53,17 @@ def test_an_upward_import_fails_naming_it(scratch: Path) -> None:
     assert "pytest_sme2.analysis.trace -> pytest_sme2.judge.gates" in result.stdout
 
 
+def test_a_record_that_imports_a_stage_fails_naming_it(scratch: Path) -> None:
+    """The shared records made to import the judge (which imports them): both the layers and the
+    records' own contract break, naming the line."""
+    verdict = scratch / "pytest_sme2/records/verdict.py"
+    verdict.write_text(verdict.read_text() + "\nfrom pytest_sme2.judge import gates  # noqa\n")
+    result = lint_imports(scratch)
+    assert result.returncode != 0
+    assert "The shared records import no stage but analysis BROKEN" in result.stdout
+    assert "pytest_sme2.records.verdict -> pytest_sme2.judge.gates" in result.stdout
+
+
 def test_a_circle_between_siblings_fails_naming_it(scratch: Path) -> None:
     """Two report modules importing each other: the acyclic contract breaks and names them."""
     fmt = scratch / "pytest_sme2/report/format.py"
@@ -64,7 +75,8 @@ def test_a_circle_between_siblings_fails_naming_it(scratch: Path) -> None:
 
 
 def test_no_function_or_module_outgrows_its_limit() -> None:
-    """scripts/longest.py prints the longest functions and modules; it fails past a limit."""
+    """scripts/longest.py prints the longest functions, classes and modules and the functions with
+    the most parameters; it fails past a limit."""
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts/longest.py")], capture_output=True, text=True
     )

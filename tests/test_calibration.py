@@ -19,7 +19,7 @@ from pytest_sme2.judge.calibration import calibrate, noise_percent, not_calibrat
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY
-from pytest_sme2.judge.verdict import Status
+from pytest_sme2.records.verdict import Status
 from tests.measurements import EMULATOR, HOST, measurement
 from tests.test_plugin import make_suite, run
 

@@ -82,7 +82,7 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, content, needle):
 def test_a_pte_given_as_a_trace_is_named():
     import models  # noqa: F401  (registers toy_cnn)
     from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
 
     pte = export_model(get_model("toy_cnn"), "fp32").pte
     proc = subprocess.run(
@@ -98,7 +98,7 @@ def test_a_pte_given_as_a_trace_is_named():
 def test_etrecord_names_the_backend_of_delegated_operators(tmp_path: Path, capsys):
     import models  # noqa: F401  (registers toy_cnn)
     from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.build import build_runner
     from pytest_sme2.runner.invoke import RunPlan, run_runner
 

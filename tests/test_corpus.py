@@ -109,7 +109,7 @@ def test_every_corpus_model_is_the_same_whatever_the_global_random_state(
     estimated) would be another model, hence another export, in every session."""
     import torch
 
-    from pytest_sme2.export import registry as models
+    from pytest_sme2.export import model_spec as models
 
     # the corpus registers into a copy: this worker's later tests see only the examples
     monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
@@ -133,7 +133,7 @@ def test_emulated_efficientnet_pools_as_the_library_does(monkeypatch: pytest.Mon
     model must compute exactly what the library's does."""
     import torch
 
-    from pytest_sme2.export import registry as models
+    from pytest_sme2.export import model_spec as models
 
     monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
     monkeypatch.delitem(sys.modules, "benchmarks.corpus_models", raising=False)

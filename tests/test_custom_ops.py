@@ -24,9 +24,9 @@ import pytest
 from pytest_sme2.cache import cached_dir, content_key
 from pytest_sme2.errors import RunnerError
 from pytest_sme2.export.key import package_versions
-from pytest_sme2.judge.verdict import Status
-from pytest_sme2.report.rundir import load_test_dir
-from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.verdict import Status
+from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.kernel_libraries import (
     custom_operators,

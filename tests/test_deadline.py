@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
+from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.devices.qemu import EMULATED_TIMEOUT_S
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load
-from pytest_sme2.judge.deadlines import case_deadline
-from pytest_sme2.run.deadline import (
+from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.measure.deadline import (
     EMULATED_INSTRUCTIONS_PER_S,
     EMULATED_MARGIN_S,
     NATIVE_MARGIN_S,
     SLACK,
     Deadline,
+    case_deadline,
 )
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.host import HostDevice
-from pytest_sme2.run.devices.qemu import EMULATED_TIMEOUT_S
-from pytest_sme2.run.measure import MeasurePlan
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.invoke import DEFAULT_TIMEOUT_S, RunPlan, RunResult
 from tests.measurements import EMULATOR, measure_toy_cnn
 
@@ -46,8 +46,8 @@ class RecordingHost(HostDevice):
 
 def test_nothing_known_leaves_each_call_to_its_device_and_the_option_wins() -> None:
     assert Deadline().seconds(12) is None  # the device's own default
-    assert case_deadline(None, EMULATOR, None) == Deadline()
-    assert case_deadline(None, EMULATOR, 20.0).seconds(12) == 20.0
+    assert case_deadline(None, time_meaningful=False).seconds(12) is None
+    assert case_deadline(20.0, time_meaningful=False).seconds(12) == 20.0
     assert Deadline(fixed_s=20.0, execution_s=5.0).seconds(1000) == 20.0
 
 
@@ -63,7 +63,7 @@ def test_a_native_case_gets_a_deadline_from_its_own_classes_latencies(tmp_path: 
     assert {p.timeout_s for p in device.plans} == {None}  # no baseline yet: the device's default
     stored = from_measurement(first, Tolerances())
     info = device.info()
-    deadline = case_deadline(stored, info, None)
+    deadline = stored.deadline(info, None)
     record = stored.record_for(info)
     assert record is not None
     slowest = max(record.variants["sme2-off"].latency.samples_ms) / 1000
@@ -77,15 +77,15 @@ def test_a_native_case_gets_a_deadline_from_its_own_classes_latencies(tmp_path: 
         assert run.timeout_s < DEFAULT_TIMEOUT_S / 10  # a hang is caught in about a minute
 
     other = replace(info, machine_class={**info.machine_class, "cores": "64"})
-    assert case_deadline(stored, other, None) == Deadline()  # another class's times do not count
-    assert case_deadline(stored, info, 30.0).seconds(5) == 30.0
+    assert stored.deadline(other, None) == Deadline()  # another class's times do not count
+    assert stored.deadline(info, 30.0).seconds(5) == 30.0
 
 
 @pytest.mark.parametrize("case", ["vit_tiny-int8", "toy_cnn-fp32"])
 def test_an_emulated_case_gets_a_deadline_from_its_instruction_count(case: str) -> None:
     stored = load(BASELINES / "qemu-sme2" / f"{case}.json")
     assert stored is not None
-    deadline = case_deadline(stored, EMULATOR, None)
+    deadline = stored.deadline(EMULATOR, None)
     most = max(v.instructions or 0 for v in stored.variants.values())
     assert deadline == Deadline(
         execution_s=most / EMULATED_INSTRUCTIONS_PER_S, margin_s=EMULATED_MARGIN_S
@@ -106,12 +106,13 @@ def test_devices_are_handed_numbers_and_reach_no_baseline() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, pytest_sme2.run.devices.registry\n"
+            "import sys, pytest_sme2.devices.kinds\n"
             "print(sorted(m for m in sys.modules if m.startswith('pytest_sme2.')))",
         ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert "pytest_sme2.run.devices.qemu" in loaded and "pytest_sme2.run.devices.android" in loaded
-    assert "pytest_sme2.run.deadline" not in loaded and "pytest_sme2.judge.baseline" not in loaded
+    assert "pytest_sme2.devices.qemu" in loaded and "pytest_sme2.devices.android" in loaded
+    assert "pytest_sme2.measure.deadline" not in loaded
+    assert "pytest_sme2.judge.baseline" not in loaded

@@ -16,19 +16,19 @@ import numpy as np
 import pytest
 
 from pytest_sme2.analysis.trace import read_etdump
-from pytest_sme2.errors import ConfigError, RunnerError
-from pytest_sme2.export.exporter import Artifact, export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices.android import AndroidDevice
-from pytest_sme2.run.devices.android_bundle import (
+from pytest_sme2.devices.android import AndroidDevice
+from pytest_sme2.devices.android_bundle import (
     elf_dependencies,
     runner_libraries,
     shim_compile_command,
 )
-from pytest_sme2.run.devices.android_shell import check_cpu_mask, parse_device_facts, shell_command
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu
-from pytest_sme2.run.measure import MeasurePlan
+from pytest_sme2.devices.android_shell import check_cpu_mask, parse_device_facts, shell_command
+from pytest_sme2.devices.provision import QemuToolchain, provision_qemu
+from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.export.exporter import Artifact, export_model
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, run_runner
 from pytest_sme2.runner.tensors import read_tensors

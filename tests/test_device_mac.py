@@ -14,12 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.errors import ConfigError
-from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices import mac
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.mac import (
+from pytest_sme2.devices import mac
+from pytest_sme2.devices.mac import (
     DYLD_INSERT,
     SHIM_SOURCE,
     MacDevice,
@@ -27,6 +23,10 @@ from pytest_sme2.run.devices.mac import (
     shim_compile_command,
     variant_environment,
 )
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan
 

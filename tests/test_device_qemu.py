@@ -17,20 +17,20 @@ import pytest
 
 from pytest_sme2.analysis.kernel_names import is_unnamed_code
 from pytest_sme2.analysis.trace import read_etdump
-from pytest_sme2.errors import ConfigError, RunnerError, TraceError
-from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.log_fifo import read_while
-from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
-from pytest_sme2.run.devices.qemu import (
+from pytest_sme2.devices.log_fifo import read_while
+from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
+from pytest_sme2.devices.qemu import (
     COUNTED_WARMUP,
     DEFAULT_SME_VECTOR_LENGTH,
     EVIDENCE_SOURCE,
     QemuSme2Device,
 )
-from pytest_sme2.run.devices.qemu_log import count_calls, count_instructions
-from pytest_sme2.run.measure import MeasurePlan
+from pytest_sme2.devices.qemu_log import count_calls, count_instructions
+from pytest_sme2.errors import ConfigError, RunnerError, TraceError
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.invoke import RunPlan
 from pytest_sme2.runner.tensors import read_tensors
 from tests.measurements import measure_toy_cnn

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from pytest_sme2.devices.kinds import DEVICE_CLASSES
+from pytest_sme2.devices.spec import DeviceSpec, parse_device_specs
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.run.devices.registry import DEVICE_CLASSES
-from pytest_sme2.run.devices.spec import DeviceSpec, parse_device_specs
 
 
 def test_a_fleet_parses_in_order_with_each_devices_options() -> None:
@@ -86,7 +86,7 @@ X86_LINUX = ("Linux", "x86_64", {"avx2", "sse4_2"})
 def test_auto_adds_the_emulated_sme2_device_on_a_cpu_without_sme2() -> None:
     """Where users meet the plugin first (x86 laptops and CI): the host, and qemu-sme2 for each
     model's headline dtype, so the first report shows SME2; a machine with SME2 measures it."""
-    from pytest_sme2.run.devices.spec import auto_specs
+    from pytest_sme2.devices.spec import auto_specs
 
     host, emulated = auto_specs(*X86_LINUX)
     assert host == DeviceSpec("host")
@@ -101,7 +101,7 @@ def test_auto_adds_the_emulated_sme2_device_on_a_cpu_without_sme2() -> None:
 
 
 def test_auto_beside_named_devices_gives_way_to_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_sme2.run.devices import spec as spec_module
+    from pytest_sme2.devices import spec as spec_module
 
     monkeypatch.setattr(spec_module, "cpu_flags", lambda: X86_LINUX[2])
     monkeypatch.setattr(spec_module.platform, "system", lambda: "Linux")
@@ -120,7 +120,7 @@ def test_auto_beside_named_devices_gives_way_to_them(monkeypatch: pytest.MonkeyP
 
 
 def test_a_headline_only_device_takes_each_models_first_selected_dtype() -> None:
-    from pytest_sme2.export.registry import ModelSpec
+    from pytest_sme2.export.model_spec import ModelSpec
     from pytest_sme2.settings import OPTIONS, Settings, resolve
 
     ini = {option.dest: option.default for option in OPTIONS}

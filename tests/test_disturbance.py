@@ -26,18 +26,11 @@ from pytest_sme2.judge.decision import decide, failure_report
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
 from pytest_sme2.judge.time_gates import DISTURBED
-from pytest_sme2.judge.verdict import Status
-from pytest_sme2.run.disturbance import (
-    MAX_PREEMPTED_SHARE,
-    Disturbance,
-    MachineLoad,
-    Series,
-    local_load,
-    lost_cpu,
-    series,
-)
-from pytest_sme2.run.measure import fastest
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.measure.case import fastest
+from pytest_sme2.measure.cpu_load import local_load, lost_cpu, series
+from pytest_sme2.records.disturbance import MAX_PREEMPTED_SHARE, Disturbance, MachineLoad, Series
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status
 from tests.conftest import INNER_DEFAULTS
 from tests.measurements import HOST, measurement
 from tests.test_plugin import make_suite, run
@@ -246,7 +239,7 @@ def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
     """The real runner pinned to one CPU with two spinners on it: its executions lose the CPU
     and it says so; CPU time never exceeds the wall clock."""
     from pytest_sme2.export.exporter import export_model
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner import RunPlan, build_runner, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")

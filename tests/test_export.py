@@ -35,7 +35,7 @@ from pytest_sme2.export.exporter import (
     load_cached,
 )
 from pytest_sme2.export.key import artifact_key
-from pytest_sme2.export.registry import ModelSpec, get_model, registered_models
+from pytest_sme2.export.model_spec import ModelSpec, get_model, registered_models
 from pytest_sme2.runner.tensors import read_tensors
 from tests.known_failures import example_cases, expect_known
 
@@ -74,7 +74,7 @@ import torch
 sys.path.insert(0, sys.argv[1])
 import lazy_model
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 spec = ModelSpec("lazy_model", lazy_model.build, lazy_model.inputs, "lazy")
 started = time.perf_counter()
 artifact = export_model(spec, "fp32", cache_dir=Path(sys.argv[2]))
@@ -584,7 +584,7 @@ import torch
 sys.path.insert(0, {repo!r})
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.prefetch import prefetch
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 
 
 def linear(width=8):

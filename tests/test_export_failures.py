@@ -14,13 +14,13 @@ pytest.importorskip("executorch")
 
 from pytest_sme2.cache import being_built
 from pytest_sme2.errors import ExportError
-from pytest_sme2.export import build as export_build
 from pytest_sme2.export import exporter as export
 from pytest_sme2.export import failures as export_failures
 from pytest_sme2.export import key as program_key
 from pytest_sme2.export import prefetch
+from pytest_sme2.export import stages as export_build
 from pytest_sme2.export.exporter import artifact_dir, export_model
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 
 
 def _linear(width: int = 8) -> object:

@@ -32,7 +32,7 @@ from pytest_sme2 import quiet  # noqa: E402
 from pytest_sme2.export import key as program_key  # noqa: E402
 from pytest_sme2.export.exporter import export_model  # noqa: E402
 from pytest_sme2.export.key import artifact_key, program_fingerprint  # noqa: E402
-from pytest_sme2.export.registry import ModelSpec  # noqa: E402
+from pytest_sme2.export.model_spec import ModelSpec  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
@@ -256,7 +256,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import user_factory
 from pytest_sme2.export.key import artifact_key
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
 print(artifact_key(spec, "fp32"))
 """
@@ -483,7 +483,7 @@ def test_a_model_that_computes_while_building_keys_the_same_on_any_thread_count(
 
     import models  # noqa: F401  (registers the examples)
     from pytest_sme2.export.key import _hash_program
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
 
     spec = get_model("mobilenet_v3_small")
     threads = torch.get_num_threads()

@@ -17,8 +17,8 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.judge.baseline_file import load
-from pytest_sme2.report.rundir import load_test_dir
-from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.records.device import Variant
+from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.runner.build import build_runner
 from tests.adb_double import install
 from tests.inner import INNER_TEST, inner_conftest

@@ -13,9 +13,10 @@ from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.decision import decide, failure_report, only_time_gates_failed
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
-from pytest_sme2.judge.verdict import RECORD_IT, Status
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import RECORD_IT
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status
 from tests.measurements import (
     HOST,
     LHS_QUANT_PACK,
@@ -283,7 +284,7 @@ def test_dynamic_int8_without_kernel_evidence_is_skipped_not_passed():
 
 
 def test_only_sme1_kernels_fail_and_sme_in_the_off_variant_fails():
-    from pytest_sme2.run.devices.base import Sme2Evidence
+    from pytest_sme2.records.evidence import Sme2Evidence
     from tests.measurements import EMULATOR, OFF_EVIDENCE, ON_EVIDENCE
 
     sme1 = Sme2Evidence(instructions=90_000, sme_kernels=("kai_run_x_sme_mopa",), source="log")
@@ -356,7 +357,7 @@ def test_shares_are_not_judged_where_time_means_nothing():
 
 def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
     from pytest_sme2.judge.decision import only_time_gates_failed
-    from pytest_sme2.judge.verdict import Verdict
+    from pytest_sme2.records.verdict import Verdict
 
     def v(gate, status=Status.FAIL):
         return Verdict(gate, status, "")
@@ -372,7 +373,7 @@ def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
 
 def test_a_time_gate_failure_is_decided_by_fresh_measurements_spread_in_time():
     from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
-    from pytest_sme2.run.measure import fastest_init
+    from pytest_sme2.measure.case import fastest_init
 
     base = from_measurement(measurement(HOST), TOL)
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))

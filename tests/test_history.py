@@ -19,6 +19,7 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.cli import main
+from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.judge.history import (
     PAGE_NAME,
     SCHEMA_VERSION,
@@ -30,10 +31,9 @@ from pytest_sme2.judge.history import (
     package_version,
     read_history,
 )
+from pytest_sme2.measure.case import MeasurePlan
 from pytest_sme2.report.history_page import history_html, points_table
 from pytest_sme2.report.trends import Trends, build_series, find_steps, quantities
-from pytest_sme2.run.devices.host import HostDevice
-from pytest_sme2.run.measure import MeasurePlan
 from tests.measurements import measure_toy_cnn, scaled
 
 #: Resolved at import: the inner sessions reuse the real export cache and the provisioned qemu.

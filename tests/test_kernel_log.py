@@ -14,13 +14,13 @@ import pytest
 
 from pytest_sme2.analysis.kernel_names import KERNEL_CSV_COLUMNS, Isa, describe_kernel, kernel_isa
 from pytest_sme2.analysis.kernels import kernels_frame
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.kernel_log import (
+from pytest_sme2.devices.kernel_log import (
     KernelLogs,
     kernel_evidence,
     logged_kernels,
     parse_kernel_log,
 )
+from pytest_sme2.records.device import Variant
 
 STDERR_LOG = """\
 I 00:00:00.000512 executorch:sme2_runner.cpp:301] Loading model

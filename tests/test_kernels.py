@@ -33,7 +33,7 @@ from pytest_sme2.analysis.kernels import (
     layers_without_sme2,
     sme2_kernels_by_kind,
 )
-from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu
+from pytest_sme2.devices.provision import QemuToolchain, provision_qemu
 from tests.measurements import LHS_QUANT_PACK, NEON_QB4W_MATMUL, PF32_MOPA, SME2_QP8_MATMUL
 
 GETTERS = ("_get_mr", "_get_nr")
@@ -217,7 +217,7 @@ def test_no_example_recorded_on_qemu_sme2_has_a_weight_type_without_sme2(path: P
     model that registers ``require_sme2_kernels: False`` for a dtype (tiny_llama's 8da4w) must
     have the layers that make it so."""
     import models  # noqa: F401  (registers the examples)
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
 
     baseline = json.loads(path.read_text())
     on = baseline["variants"]["sme2-on"]

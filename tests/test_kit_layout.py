@@ -26,8 +26,8 @@ from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
 from pytest_sme2.analysis.trace import EXECUTE, read_etdump
 from pytest_sme2.cache import cache_root
 from pytest_sme2.cli import main
+from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.report.kit_json import TIME_MODEL
-from pytest_sme2.report.rundir import load_test_dir
 from tests.inner import INNER_TEST, inner_conftest
 
 MODEL = "kit_small"

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load, save, to_json
 from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.decision import only_time_gates_failed
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
-from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import LoadMeasurement, Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.host import HostDevice
-from pytest_sme2.run.devices.qemu import QemuSme2Device
-from pytest_sme2.run.measure import MeasurePlan
-from pytest_sme2.run.measurement import LoadMeasurement, Measurement
 from tests.inner import INNER_TEST
 from tests.measurements import measure_toy_cnn, scaled
 
@@ -150,7 +150,7 @@ def test_a_slow_init_is_cleared_by_a_quiet_process_of_any_confirmation(
     far, so the quiet process clears it; a regression (every process 20 % slower) fails all three
     confirmations."""
     from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
-    from pytest_sme2.run.measure import fastest_init
+    from pytest_sme2.measure.case import fastest_init
 
     own = from_measurement(host_measurement, TOLERANCES)
     burst, quiet = scaled(host_measurement, init=1.25), host_measurement

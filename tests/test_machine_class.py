@@ -21,7 +21,7 @@ pytest_plugins = ["pytester"]
 OTHER_CPU = """
 import os
 from dataclasses import replace
-from pytest_sme2.run.devices.host import HostDevice
+from pytest_sme2.devices.host import HostDevice
 
 _real_info = HostDevice.info
 

@@ -15,15 +15,15 @@ import pytest
 import models  # noqa: F401  (registers toy_cnn)
 from pytest_sme2 import progress
 from pytest_sme2.analysis.trace import read_etdump
+from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run import measure as measure_module
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.host import HostDevice
-from pytest_sme2.run.measure import MeasurePlan
-from pytest_sme2.run.measurement import Measurement
-from pytest_sme2.run.output_checks import parity
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.measure import case as measure_module
+from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.measure.output_checks import parity
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.measurements import OFF_OPS, ON_OPS, measure_toy_cnn, variant
 
@@ -85,7 +85,7 @@ def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a
     tmp_path: Path,
 ):
     from pytest_sme2.export.reference import REFERENCE
-    from pytest_sme2.run.measure import settle
+    from pytest_sme2.measure.settle import settle
 
     artifact = export_model(REFERENCE, "fp32")
     device = HostDevice()
@@ -110,7 +110,7 @@ def test_settle_returns_at_once_on_a_machine_at_baseline_speed_and_gives_up_on_a
 def test_a_confirming_measurement_waits_a_pause_and_for_the_settled_machine(tmp_path: Path):
     """The pause spreads confirmations in time; the settling is said where the speed is known."""
     from pytest_sme2.export.reference import REFERENCE
-    from pytest_sme2.run.measure import CONFIRM_PAUSE_S, MachineSpeed, settle_before_confirming
+    from pytest_sme2.measure.settle import CONFIRM_PAUSE_S, MachineSpeed, settle_before_confirming
 
     artifact = export_model(REFERENCE, "fp32")
     device = HostDevice()
@@ -135,7 +135,7 @@ def test_a_confirming_measurement_waits_a_pause_and_for_the_settled_machine(tmp_
 
 
 def test_machine_speed_is_the_fastest_reference_seen_or_the_baselines():
-    from pytest_sme2.run.measure import MachineSpeed
+    from pytest_sme2.measure.settle import MachineSpeed
     from tests.measurements import measurement
 
     speed = MachineSpeed()
@@ -152,7 +152,7 @@ def test_machine_speed_is_the_fastest_reference_seen_or_the_baselines():
 
 
 def test_the_fastest_of_two_measurements_is_the_one_taken_while_the_machine_was_fastest():
-    from pytest_sme2.run.measure import fastest
+    from pytest_sme2.measure.case import fastest
     from tests.measurements import measurement
 
     disturbed = measurement(off_latencies=(10.8, 10.9, 10.7))

@@ -20,7 +20,11 @@ from etdump_builder import Alloc, Block, Debug, Prof, build_etdump, default_bloc
 
 from pytest_sme2.analysis.trace import Run, Trace, parse_etdump, read_etdump
 from pytest_sme2.errors import TraceError
-from pytest_sme2.run.modelled_etdump import MODELLED_NAME, modelled_etdump, write_modelled_etdump
+from pytest_sme2.measure.modelled_etdump import (
+    MODELLED_NAME,
+    modelled_etdump,
+    write_modelled_etdump,
+)
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = ("xnnpack_cnn_fp32_3runs.etdp", "xnnpack_attention_fp16_2runs.etdp")
@@ -163,7 +167,7 @@ def test_writing_it_imports_no_executorch(tmp_path: Path):
     script = (
         "import sys\n"
         "from pytest_sme2.analysis.trace import Trace, read_etdump\n"
-        "from pytest_sme2.run.modelled_etdump import write_modelled_etdump\n"
+        "from pytest_sme2.measure.modelled_etdump import write_modelled_etdump\n"
         f"trace = read_etdump({str(tmp_path / 'run.etdp')!r})\n"
         "write_modelled_etdump(Trace(trace.path, trace.runs[-1:], ()))\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'executorch', 'torch'}))"

@@ -16,7 +16,7 @@ from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
 from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny  # noqa: E402
 from pytest_sme2.errors import ConfigError  # noqa: E402
 from pytest_sme2.export.key import program_fingerprint  # noqa: E402
-from pytest_sme2.export.registry import ModelSpec, get_model, register_model  # noqa: E402
+from pytest_sme2.export.model_spec import ModelSpec, get_model, register_model  # noqa: E402
 
 #: What each example model returns for its example inputs (batch 1).
 OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {
@@ -50,7 +50,7 @@ def _outputs(spec: ModelSpec, seed: int = 0) -> tuple[torch.Tensor, ...]:
 
 
 def test_every_example_model_is_registered_and_described() -> None:
-    from pytest_sme2.export.registry import registered_models
+    from pytest_sme2.export.model_spec import registered_models
 
     assert sorted(OUTPUT_SHAPES) == sorted(spec.name for spec in registered_models())
     for spec in EXAMPLES:
@@ -167,7 +167,7 @@ def test_emulation_builds_are_the_models_with_smaller_inputs() -> None:
 
 def test_a_name_registered_from_another_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same file may register again (a module imported under two names); another may not."""
-    from pytest_sme2.export import registry
+    from pytest_sme2.export import model_spec as registry
 
     monkeypatch.setattr(registry, "_REGISTRY", {})
     monkeypatch.setattr(registry, "_ORIGINS", {})
@@ -204,7 +204,7 @@ def test_the_decode_step_starts_from_a_filled_cache() -> None:
 
 
 def test_tokens_must_name_a_parameter_and_expect_a_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_sme2.export import registry
+    from pytest_sme2.export import model_spec as registry
 
     monkeypatch.setattr(registry, "_REGISTRY", {})
     monkeypatch.setattr(registry, "_ORIGINS", {})

@@ -14,11 +14,11 @@ from pytest_sme2.cache import cache_root
 from pytest_sme2.judge.baseline import Tolerances
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
-from pytest_sme2.judge.verdict import Status
+from pytest_sme2.measure.output_checks import parity
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.artifacts import REPORT_NAME
-from pytest_sme2.report.rundir import load_test_dir
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.output_checks import parity
+from pytest_sme2.report.from_files import load_test_dir
 
 pytest_plugins = ["pytester"]
 

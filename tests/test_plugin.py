@@ -334,7 +334,7 @@ def test_every_case_is_exported_before_the_first_is_measured(pytester, monkeypat
     pytester.makepyfile(
         test_first="""
         from pytest_sme2.export.exporter import load_cached
-        from pytest_sme2.export.registry import get_model
+        from pytest_sme2.export.model_spec import get_model
 
         def test_first(sme2_artifact):
             assert load_cached(get_model("plug_a"), "fp32") is not None

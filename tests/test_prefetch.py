@@ -45,7 +45,7 @@ def test_a_session_alone_hands_its_processes_the_biggest_graphs_first(
 ) -> None:
     """Whatever order it is given (a benchmark's, a plugin's): the phase ends on small exports."""
     from pytest_sme2.export import prefetch as module
-    from pytest_sme2.export.registry import ModelSpec
+    from pytest_sme2.export.model_spec import ModelSpec
 
     monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
     small, big = (

@@ -30,9 +30,9 @@ from pytest_sme2.analysis.tolerances import TOLERANCES, tolerance_for
 from pytest_sme2.cache import cache_root, cached_dir, content_key
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export import program_files
-from pytest_sme2.judge.verdict import Status
-from pytest_sme2.report.rundir import load_test_dir
-from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.verdict import Status
+from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 

@@ -20,12 +20,9 @@ import pytest
 
 from pytest_sme2 import progress
 from pytest_sme2.analysis.trace import read_etdump
-from pytest_sme2.errors import ConfigError
-from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices import provision
-from pytest_sme2.run.devices.guest_root import CPU_VIEW
-from pytest_sme2.run.devices.provision import (
+from pytest_sme2.devices import provision
+from pytest_sme2.devices.guest_root import CPU_VIEW
+from pytest_sme2.devices.provision import (
     HWCAP2_SME,
     HWCAP2_SME2,
     MIN_QEMU_MAJOR,
@@ -36,7 +33,10 @@ from pytest_sme2.run.devices.provision import (
     qemu_command,
     read_hwcaps,
 )
-from pytest_sme2.run.devices.qemu_log import QEMU_LOG_FLAGS, count_instructions
+from pytest_sme2.devices.qemu_log import QEMU_LOG_FLAGS, count_instructions
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import RunPlan, run_runner
 from pytest_sme2.runner.tensors import read_tensors
@@ -262,7 +262,7 @@ def test_dynamic_int8_runs_sme2_kernels_only_when_sme2_is_visible(
 
 # --- the macOS shim (no Mac here: compile checks only) -----------------------------------------
 
-MAC_SHIM = Path(__file__).resolve().parents[1] / "pytest_sme2/run/devices/shim/mac_hide_sme.c"
+MAC_SHIM = Path(__file__).resolve().parents[1] / "pytest_sme2/devices/shim/mac_hide_sme.c"
 
 
 def test_mac_shim_is_valid_c() -> None:

@@ -22,10 +22,10 @@ from pytest_sme2.analysis.categories import is_leaf
 from pytest_sme2.analysis.profile import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
 from pytest_sme2.analysis.trace import Trace, read_etdump
 from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.qemu import COUNTED_WARMUP, QemuSme2Device
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.qemu import COUNTED_WARMUP, QemuSme2Device
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.invoke import RunPlan
 
 pytest_plugins = ["pytester"]

@@ -20,17 +20,17 @@ from pytest_sme2.analysis.kernel_names import KERNEL_CSV_COLUMNS, Isa, kernel_is
 from pytest_sme2.analysis.kernels import PACKING, kernel_role, kernels_frame, layers_without_sme2
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
+from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import ModelSpec, get_model
+from pytest_sme2.export.model_spec import ModelSpec, get_model
 from pytest_sme2.judge.baseline import Tolerances
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
-from pytest_sme2.judge.verdict import Status
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.advice import sme2_path_advice
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.qemu import QemuSme2Device
-from pytest_sme2.run.measurement import Measurement
 from tests.measurements import variant as variant_measurement
 
 

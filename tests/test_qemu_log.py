@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.devices.exec_filter import fixed_layout, log_filter
+from pytest_sme2.devices.guest_syscalls import CodeMapping, code_layout
+from pytest_sme2.devices.log_fifo import BUFFER, open_log, read_while
+from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
+from pytest_sme2.devices.qemu_log import UNMAPPED, count_calls, count_instructions, is_sme
 from pytest_sme2.errors import RunnerError, TraceError
-from pytest_sme2.run.devices.exec_filter import fixed_layout, log_filter
-from pytest_sme2.run.devices.guest_syscalls import CodeMapping, code_layout
-from pytest_sme2.run.devices.log_fifo import BUFFER, open_log, read_while
-from pytest_sme2.run.devices.provision import QemuToolchain, provision_qemu, qemu_command
-from pytest_sme2.run.devices.qemu_log import UNMAPPED, count_calls, count_instructions, is_sme
 
 SMSTART, SMSTOP = 0xD503477F, 0xD503467F
 ZERO_ZA, FMOPA, ZERO_ZT0 = 0xC00800FF, 0x80810000, 0xC0480001  # zero {za}; fmopa za0.s, ...; SME2

@@ -14,7 +14,7 @@ pytest.importorskip("executorch")
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export.exporter import Artifact, export_model
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 
 
@@ -73,8 +73,8 @@ def test_the_report_names_the_linear_layers_8da4w_left_in_float(tmp_path: Path) 
     """Through the case record, as a measured case carries its export's numbers."""
     from dataclasses import replace
 
+    from pytest_sme2.records.measurement import Measurement
     from pytest_sme2.report.markdown import case_report
-    from pytest_sme2.run.measurement import Measurement
     from tests.measurements import measurement
 
     numerics = export_model(MLP, "8da4w").numerics
@@ -173,7 +173,7 @@ def test_fp16_converts_a_decode_steps_kv_cache_with_the_model() -> None:
     from dataclasses import replace
 
     import models  # noqa: F401  (registers the examples)
-    from pytest_sme2.export.registry import get_model
+    from pytest_sme2.export.model_spec import get_model
 
     spec = replace(get_model("tiny_llama_decode"), dtypes=("fp16",))
     artifact = export_model(spec, "fp16")

@@ -10,11 +10,11 @@ from dataclasses import replace
 from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.analysis.profile import profile
 from pytest_sme2.analysis.trace import Event, Run, Trace
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report import advice, content
 from pytest_sme2.report.html import extra_html
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 from tests.measurements import (
     HOST,
     LHS_QUANT_PACK,

@@ -13,7 +13,8 @@ import pytest
 
 from pytest_sme2.analysis.categories import CATEGORIES, OTHER
 from pytest_sme2.analysis.trace import EXECUTE, read_etdump
-from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.artifacts import (
     OPS_STATS_COLUMNS,
     TIMELINE_COLUMNS,
@@ -23,8 +24,7 @@ from pytest_sme2.report.artifacts import (
     write_artifacts,
 )
 from pytest_sme2.report.charts import render_charts
-from pytest_sme2.report.rundir import load_test_dir, measurement_from_etdumps
-from pytest_sme2.run.devices.base import Variant
+from pytest_sme2.report.from_files import load_test_dir, measurement_from_etdumps
 from tests.measurements import ON_OPS, SME2_DEVICE, make_trace, measurement
 
 DATA = Path(__file__).parent / "data"

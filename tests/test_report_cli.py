@@ -12,12 +12,12 @@ import pytest
 
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.cli import main
-from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.artifacts import write_artifacts
 from pytest_sme2.report.charts import render_charts
+from pytest_sme2.report.from_files import measurement_from_etdumps
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.report.rundir import measurement_from_etdumps
-from pytest_sme2.run.devices.base import Variant
 
 DATA = Path(__file__).parent / "data"
 CNN = DATA / "xnnpack_cnn_fp32_3runs.etdp"

@@ -9,13 +9,13 @@ import struct
 import pytest
 
 from pytest_sme2.analysis.stats import LatencyStats
-from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report import content
 from pytest_sme2.report.charts import DPI, data_uri, render_charts
 from pytest_sme2.report.content import skipped_reasons, summary_row
 from pytest_sme2.report.html import COLUMNS, extra_html, row_cells
 from pytest_sme2.report.terminal import baseline_change_lines, summary_lines
-from pytest_sme2.run.devices.base import Variant
 from tests.measurements import HOST, SME2_DEVICE, measurement
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

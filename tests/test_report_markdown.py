@@ -12,13 +12,13 @@ from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.analysis.profile import profile
 from pytest_sme2.analysis.stats import LatencyStats
 from pytest_sme2.analysis.trace import Event, Run, Trace
-from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report import advice, content, evidence
 from pytest_sme2.report.html import extra_html
 from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
 from pytest_sme2.report.sections import View, case_sections
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 from tests.measurements import HOST, SME2_DEVICE, counted_measurement, measurement
 
 MS = 1_000_000

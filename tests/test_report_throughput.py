@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report import markdown
 from pytest_sme2.report.content import summary_row
 from pytest_sme2.report.throughput import per_token, phase_line, throughput_table
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 from tests.measurements import SME2_DEVICE, counted_measurement, measurement
 
 

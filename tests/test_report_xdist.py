@@ -8,7 +8,7 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.report.artifacts import MANIFEST_NAME
-from pytest_sme2.report.rundir import load_test_dir
+from pytest_sme2.report.from_files import load_test_dir
 from tests.inner import REPO, examples_session
 
 pytest_plugins = ["pytester"]

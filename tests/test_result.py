@@ -10,13 +10,14 @@ import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
 from pytest_sme2.analysis.categories import Classifier
+from pytest_sme2.devices.base import Device
+from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices.base import Device, Variant
-from pytest_sme2.run.devices.host import HostDevice
-from pytest_sme2.run.devices.qemu import QemuSme2Device
-from pytest_sme2.run.measure import MeasurePlan, measure
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.measure.case import MeasurePlan, measure
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 
 
 def measured(device: Device, dtype: str, workdir: Path) -> Measurement:

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.build import (
     RUNNER_SOURCE_DIR,

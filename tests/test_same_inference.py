@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export.exporter import Artifact, export_model
-from pytest_sme2.export.registry import ModelSpec, registered_models
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.qemu import QemuSme2Device
+from pytest_sme2.export.model_spec import ModelSpec, registered_models
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors
 from tests.known_failures import example_cases, expect_known

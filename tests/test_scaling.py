@@ -1,6 +1,6 @@
 """The thread sweep without a runner: the knee and gains (``analysis.scaling``), the marker's
 per-thread floors and the thread-gain gate (``judge.thread_gates``), the emulated thread counts
-not judged, and the view in every report (``report.scaling``)."""
+not judged, and the view in every report (``report.scaling_view``)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
-from pytest_sme2.judge.verdict import Status
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.html import scaling_html
 from pytest_sme2.report.markdown import SessionEntry, session_report
-from pytest_sme2.report.scaling import case_view, scaling_table, scaling_views
+from pytest_sme2.report.scaling_view import case_view, scaling_table, scaling_views
 from pytest_sme2.report.terminal import scaling_lines
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 from tests.measurements import HOST, SME2_DEVICE, counted_measurement, measurement
 
 OFF, ON = str(Variant.OFF), str(Variant.ON)

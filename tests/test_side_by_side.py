@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.errors import RunnerError
-from pytest_sme2.run.side_by_side import side_by_side
+from pytest_sme2.measure.side_by_side import side_by_side
 from pytest_sme2.runner.invoke import run_process
 from pytest_sme2.runner.stoppable import Stopped
 from tests.processes import alive_after, processes_mentioning

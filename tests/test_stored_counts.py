@@ -16,11 +16,11 @@ import pytest
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.stored_counts import content_digest, count_key, portable_arguments
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.registry import get_model
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.devices.qemu import QemuSme2Device
-from pytest_sme2.run.devices.stored_counts import content_digest, count_key, portable_arguments
+from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.inner import REPO, examples_session
 

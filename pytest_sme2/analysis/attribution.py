@@ -2,7 +2,7 @@
 the events. Pure functions over data.
 
 Why: under emulation time means nothing, but the guest's instruction count is exact and
-repeatable (:mod:`pytest_sme2.run.devices.qemu_log`). What it lacked was *where* the instructions
+repeatable (:mod:`pytest_sme2.devices.qemu_log`). What it lacked was *where* the instructions
 went. Every boundary of a traced inference is a clock read the guest makes, and qemu logs each read
 with the value it returned, in order with the instructions:
 

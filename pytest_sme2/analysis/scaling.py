@@ -2,7 +2,7 @@
 for each variant, the SME2 speedup at each, the gain and parallel efficiency, and the knee.
 
 Pure functions of plain numbers (no measurement record, no torch): the report turns its cases
-into :class:`ThreadFigure`\\ s (``report.scaling``) and the sweep is computed here once.
+into :class:`ThreadFigure`\\ s (``report.scaling_view``) and the sweep is computed here once.
 
 Definitions, as the report states them:
 

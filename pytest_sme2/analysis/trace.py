@@ -452,7 +452,7 @@ _TIME_FIELDS = ((6, "Q"), (7, "Q"))
 
 class RunSlots(NamedTuple):
     """Where one run sits in an ETDump's bytes, for a writer that patches them in place
-    (:mod:`pytest_sme2.run.modelled_etdump`): the positions of the run_data vector's uoffsets,
+    (:mod:`pytest_sme2.measure.modelled_etdump`): the positions of the run_data vector's uoffsets,
     the one of the run's block, and each of the block's profile events' (start_time, end_time)
     positions in append order, None for a field flatbuffers left out (its value the default, 0).
     """

@@ -8,7 +8,7 @@ left in float, export-stage timings and the numerics.
 
 The stage is modules along its seams: :mod:`pytest_sme2.export.key` (what the cache key hashes,
 and why not the model's source files), :mod:`pytest_sme2.export.recipes` (per dtype: the program
-model, the quantizer, lowering, the numerics reference), :mod:`pytest_sme2.export.build` (one
+model, the quantizer, lowering, the numerics reference), :mod:`pytest_sme2.export.stages` (one
 export built into its cache entry) and :mod:`pytest_sme2.quiet` (the libraries' warnings
 and log records off); this one keeps the cache and the check.
 
@@ -81,17 +81,17 @@ from pytest_sme2.analysis.tolerances import tolerance_for
 from pytest_sme2.cache import cache_root, cached_dir, write_atomic
 from pytest_sme2.errors import ConfigError, ExportError, NumericsError, RunnerError
 from pytest_sme2.export import failures as export_failures
-from pytest_sme2.export.build import MANIFEST_NAME, Stages, build_export
 from pytest_sme2.export.key import (
     artifact_key,
     keyed_by_its_build,
     take_built,
 )
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.export.provenance import provenance_shared
 from pytest_sme2.export.recipes import (
     one_line,
 )
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.stages import MANIFEST_NAME, Stages, build_export
 from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 from pytest_sme2.runner.tensors import read_tensors
 

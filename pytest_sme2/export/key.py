@@ -20,8 +20,8 @@ from operator import attrgetter
 from typing import Any
 
 from pytest_sme2.cache import content_key
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.export.recipes import CALIBRATION_SEEDS, EXAMPLE_SEED, as_tensors
-from pytest_sme2.export.registry import ModelSpec
 from pytest_sme2.quiet import quiet_libraries
 
 #: Bump when the export recipe changes in a way that changes programs (invalidates every entry).

@@ -25,7 +25,7 @@ from pytest_sme2.cache import being_built
 from pytest_sme2.errors import ExportError, NumericsError
 from pytest_sme2.export.exporter import _FAILURES, artifact_dir, export_model, settled
 from pytest_sme2.export.key import traced_size
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.quiet import quiet_libraries, quiet_log_records
 
 

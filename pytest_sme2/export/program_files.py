@@ -48,8 +48,8 @@ from pytest_sme2.cache import cache_root, cached_dir, content_key, write_atomic
 from pytest_sme2.errors import ConfigError, ProgramError, RunnerError
 from pytest_sme2.export.exporter import MANIFEST_NAME, Artifact
 from pytest_sme2.export.key import package_versions
+from pytest_sme2.export.model_spec import registered_models
 from pytest_sme2.export.recipes import EXAMPLE_SEED
-from pytest_sme2.export.registry import registered_models
 from pytest_sme2.quiet import quiet_libraries
 from pytest_sme2.runner.tensors import encode_tensors, read_tensors
 
@@ -72,9 +72,10 @@ _MISSING_OPERATOR = re.compile(r"Missing operator: \[\d+\] (\S+)")
 
 @dataclass(frozen=True)
 class ProgramSpec:
-    """A registered program. Duck-types the parts of :class:`~pytest_sme2.export.registry.ModelSpec`
-    a case uses (``name``, ``dtypes``, ``for_emulation``), so cases, ids and baselines
-    (``baselines/<device>/<name>-<label>.json``) are built as for models."""
+    """A registered program. Duck-types the parts of
+    :class:`~pytest_sme2.export.model_spec.ModelSpec` a case uses (``name``, ``dtypes``,
+    ``for_emulation``), so cases, ids and baselines (``baselines/<device>/<name>-<label>.json``) are
+    built as for models."""
 
     name: str
     pte: Path

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sme2.export.registry import ModelSpec
+from pytest_sme2.export.model_spec import ModelSpec
 
 
 def _reference_model() -> Any:

@@ -37,8 +37,9 @@ from pytest_sme2.judge.baseline_parts import (
     VariantTimes,
     stable,
 )
-from pytest_sme2.run.devices.base import DeviceInfo
-from pytest_sme2.run.measurement import Measurement, VariantMeasurement
+from pytest_sme2.measure.deadline import Deadline, case_deadline
+from pytest_sme2.records.device import DeviceInfo
+from pytest_sme2.records.measurement import Measurement, VariantMeasurement
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,28 @@ class Baseline:
     def record_for(self, device: DeviceInfo) -> TimeRecord | None:
         """The time record of ``device``'s machine class, None when that class has none."""
         return self.machines.get(device.class_id)
+
+    def deadline(self, device: DeviceInfo, fixed_s: float | None) -> Deadline:
+        """The deadline of this case's runner calls on ``device`` (:mod:`pytest_sme2.measure.
+        deadline`): from the slowest run of its machine class's record (the reference workload
+        runs under the same deadline in every round), or, emulated, its largest instruction
+        count."""
+        record = self.record_for(device)
+        slowest_ms = (
+            max(
+                max((times.latency.max_ms, *times.latency.reference_samples_ms))
+                for times in record.variants.values()
+            )
+            if record is not None and record.variants
+            else None
+        )
+        counts = [v.instructions for v in self.variants.values() if v.instructions]
+        return case_deadline(
+            fixed_s,
+            time_meaningful=device.time_meaningful,
+            slowest_ms=slowest_ms,
+            instructions=max(counts) if counts else None,
+        )
 
 
 def baseline_path(directory: Path, device: str, model: str, dtype: str, threads: int) -> Path:

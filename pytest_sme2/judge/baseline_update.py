@@ -28,7 +28,7 @@ from pytest_sme2.judge.baseline import (
     speedup_move,
     structure_diff,
 )
-from pytest_sme2.run.devices.base import describe_class
+from pytest_sme2.records.device import describe_class
 
 
 def merge(old: Baseline | None, new: Baseline, tol: Tolerances) -> tuple[Baseline, tuple[str, ...]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.records.measurement import Measurement
 
 
 def add_benchmarks(session: Any, nodeid: str, m: Measurement) -> int:

@@ -33,8 +33,8 @@ from pytest_sme2.judge.baseline import (
     latency_baseline,
     stable,
 )
-from pytest_sme2.run.devices.base import DeviceInfo
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.records.device import DeviceInfo
+from pytest_sme2.records.measurement import Measurement
 
 #: The tolerance is this many standard deviations of the noise: a false alarm then needs a 3 σ
 #: excursion in the first measurement and again in the confirming one
@@ -107,8 +107,8 @@ def calibrate(
     Nothing but this class's ``calibration`` changes: the portable part and every time stay as
     stored, byte for byte; a class with no time record yet gets the first measurement's times.
     A case with no baseline at all is refused: what is calibrated is a gate against a baseline.
-    Measurements whose runs lost the CPU to other work (:mod:`pytest_sme2.run.disturbance`) are left
-    out, unless ``judge_disturbed``: their noise is the neighbour's, and a tolerance made of it
+    Measurements whose runs lost the CPU to other work (:mod:`pytest_sme2.measure.cpu_load`) are
+    left out, unless ``judge_disturbed``: their noise is the neighbour's, and a tolerance made of it
     would let a regression through on every quiet day after.
     """
     if len(measurements) < 2:

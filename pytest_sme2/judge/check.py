@@ -24,9 +24,9 @@ from pytest_sme2.judge.benchmark_entries import add_benchmarks
 from pytest_sme2.judge.decision import decide
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.history import HistoryLog, HistoryRecord
-from pytest_sme2.judge.verdict import Verdict
-from pytest_sme2.run.devices.base import DeviceInfo
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.records.device import DeviceInfo
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class CaseCheck:
     #: ``measure(label)``: a fresh measurement of the case, its files under ``label``
     measure: Callable[[str], Measurement]
     #: ``settle(recorded_reference_ms)``: pause, and wait until the machine runs at its
-    #: undisturbed speed (``run.measure.settle_before_confirming``); returns how the fresh
+    #: undisturbed speed (``measure.settle.settle_before_confirming``); returns how the fresh
     #: measurement is taken
     settle: Callable[[float | None], str]
     nodeid: str

@@ -15,9 +15,10 @@ from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
 from pytest_sme2.judge.time_gates import TIME_GATES, disturbed_reason
-from pytest_sme2.judge.verdict import Status, Verdict, case_name
-from pytest_sme2.run.measure import fastest, fastest_init
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import case_name
+from pytest_sme2.measure.case import fastest, fastest_init
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 
 def failure_report(verdicts: tuple[Verdict, ...], *, strict: bool) -> str | None:
@@ -51,7 +52,7 @@ class Judgement:
 
 
 #: ``remeasure()`` → a fresh measurement, taken after a pause once the machine settled, and how
-#: (``run.measure.settle_before_confirming``: "after a 3.2 s pause, machine at …").
+#: (``measure.settle.settle_before_confirming``: "after a 3.2 s pause, machine at …").
 Remeasure = Callable[[], tuple[Measurement, str]]
 
 #: Fresh measurements that may clear a failure of time gates. A neighbour that comes and goes in

@@ -53,9 +53,10 @@ from pytest_sme2.judge.time_gates import (
     speedup_gates,
     without_disturbed_time,
 )
-from pytest_sme2.judge.verdict import RECORD_IT, Status, Verdict, case_name, shares_verdict
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import RECORD_IT, case_name, shares_verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 
 def judge(

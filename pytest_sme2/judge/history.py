@@ -7,10 +7,10 @@ different runners each upload theirs, and a later job merges them by copying the
 directory — no two writers ever share a file, so nothing needs a lock or a merge step (asv keeps
 its results the same way).
 
-A record is the lossless case record (:class:`pytest_sme2.run.measurement.Measurement`) plus where
-it was taken: the commit, branch and dirty flag of the project's git repository, the UTC time, the
-device spec, the machine class and the gates' verdicts. Each line carries ``schema_version``; the
-reader loads older schemas through :data:`UPGRADES` and names a record of a newer one instead of
+A record is the lossless case record (:class:`pytest_sme2.records.measurement.Measurement`) plus
+where it was taken: the commit, branch and dirty flag of the project's git repository, the UTC time,
+the device spec, the machine class and the gates' verdicts. Each line carries ``schema_version``;
+the reader loads older schemas through :data:`UPGRADES` and names a record of a newer one instead of
 guessing at it.
 
 Reading is forgiving by design: a truncated or foreign file, a newer schema, a commit the
@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from pytest_sme2.errors import Sme2Error
 from pytest_sme2.judge.baseline_file import package_version
-from pytest_sme2.judge.verdict import Verdict
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Verdict
 
 #: The record layout written now. A change of layout bumps it and adds the step from the version
 #: before to :data:`UPGRADES`, so every record ever written stays readable.

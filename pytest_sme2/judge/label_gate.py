@@ -1,7 +1,7 @@
 """Every run proves its label: a variant whose runner saw the opposite of what it is called fails.
 
 "sme2-on" and "sme2-off" are what the session asked for; what ran is what the runner process saw
-of the CPU (:class:`pytest_sme2.runner.invoke.CpuSeen`), asked the way XNNPACK and KleidiAI ask.
+of the CPU (:class:`pytest_sme2.records.evidence.CpuSeen`), asked the way XNNPACK and KleidiAI ask.
 An "on" run must see SME2; an "off" run must see neither SME2 nor SME (an "off" that hides SME2
 but not SME still runs SME1 kernels on an M4, and iOS turns user-mode SME off on some chips, so
 an "on" can see nothing). A mislabelled run would otherwise be judged, and its speedup stored, as
@@ -10,9 +10,10 @@ if it were right.
 
 from __future__ import annotations
 
-from pytest_sme2.judge.verdict import Status, Verdict, case_name
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import case_name
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 GATE = "label"
 

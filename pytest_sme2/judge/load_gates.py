@@ -27,8 +27,9 @@ from pytest_sme2.judge.baseline import (
     peak_rss_move,
 )
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.verdict import RECORD_IT, Status, Verdict, case_name
-from pytest_sme2.run.measurement import MIB, Measurement
+from pytest_sme2.judge.wording import RECORD_IT, case_name
+from pytest_sme2.records.measurement import MIB, Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 
 def load_verdicts(

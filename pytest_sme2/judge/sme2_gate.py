@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from pytest_sme2.analysis.kernels import layers_without_sme2
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.verdict import Status, Verdict, case_name
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import case_name
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 #: The gate :func:`sme2_kernels` gives its verdict as.
 SME2_GATE = "sme2-kernels"

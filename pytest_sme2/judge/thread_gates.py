@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 from pytest_sme2.analysis.scaling import thread_gain
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.verdict import Status, Verdict, case_name
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import case_name
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 #: The gate of the gain from 1 to N threads.
 THREAD_GAIN = "thread-gain"

@@ -1,6 +1,6 @@
 """The time gates: latency, category shares and SME2 speedup, judged against the time record of the
 measuring machine's class — and not judged, saying why, where that class has no record or other
-work took the CPU from the runs (:mod:`pytest_sme2.run.disturbance`).
+work took the CPU from the runs (:mod:`pytest_sme2.measure.cpu_load`).
 
 Time belongs to a machine class and to an undisturbed machine; everything portable (structure,
 kernels, parity, instructions) is judged in :mod:`pytest_sme2.judge.gates`, which calls these.
@@ -21,9 +21,10 @@ from pytest_sme2.judge.baseline import (
     speedup_move,
 )
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.verdict import RECORD_IT, Status, Verdict, case_name, shares_verdict
-from pytest_sme2.run.devices.base import describe_class
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.judge.wording import RECORD_IT, case_name, shares_verdict
+from pytest_sme2.records.device import describe_class
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 
 #: Gates whose numbers come from wall-clock time, which a busy machine moves for a moment (the
 #: method init ones: ``load_gates``).
@@ -44,7 +45,7 @@ DISTURBED = "time-disturbed"
 
 def without_disturbed_time(m: Measurement, verdicts: list[Verdict]) -> list[Verdict]:
     """``verdicts`` without the time gates' where the measurement was disturbed
-    (:mod:`pytest_sme2.run.disturbance`), and one skip saying why in their place.
+    (:mod:`pytest_sme2.measure.cpu_load`), and one skip saying why in their place.
 
     Every time gate alike, failed or passed: a run that lost the CPU can neither show a
     regression nor clear one, and a false red teaches users to ignore CI. The portable gates
@@ -209,7 +210,7 @@ def latency_sensitivity(m: Measurement, record: TimeRecord, tol: Tolerances) -> 
 
 
 def disturbed_reason(m: Measurement, judge_disturbed: bool) -> str | None:
-    """Why ``m``'s time is neither judged nor recorded (:mod:`pytest_sme2.run.disturbance`), None
+    """Why ``m``'s time is neither judged nor recorded (:mod:`pytest_sme2.measure.cpu_load`), None
     where it is."""
     if judge_disturbed or m.disturbance is None:
         return None

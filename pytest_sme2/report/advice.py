@@ -34,10 +34,10 @@ from pytest_sme2.analysis.roles import (
     is_llm_kernel,
     operator_role,
 )
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report.content import non_delegated
 from pytest_sme2.report.format import ms, pct, ratio
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 
 #: What removes an attention's mask, softmax guard, K/V repeat and cache write from the graph.
 _CUSTOM_SDPA = (

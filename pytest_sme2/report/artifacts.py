@@ -46,7 +46,7 @@ steady-state inference (:data:`TIME_MODEL`, also in both JSON files), so the spe
 (the kit prefers a timeline's rows to ``metrics.json``). The experiment folder's ETDump, which the
 kit's ``analyze_results.py`` re-reads into its CSVs, is modelled too: the counted inference alone,
 every event's start and end its instruction count (1 ns = 1 instruction,
-:mod:`pytest_sme2.run.modelled_etdump`); the runner's own ETDumps in ``.sme2-runs/`` keep the
+:mod:`pytest_sme2.measure.modelled_etdump`); the runner's own ETDumps in ``.sme2-runs/`` keep the
 emulator's clock. Where an emulated device counts no instructions, ``results[]`` carries no
 latency at all: nothing the kit can turn into a speedup. Our own files keep instruction counts
 under ``*_minstr`` and ``*_instructions*`` names.
@@ -88,7 +88,9 @@ from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import INSTRUCTIONS, Profile, event_backend, unit_suffix
 from pytest_sme2.analysis.trace import Run, Trace, read_etdump
 from pytest_sme2.cache import write_atomic
-from pytest_sme2.judge.verdict import Verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement, VariantMeasurement
+from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report.chrome_trace import write_chrome_trace
 from pytest_sme2.report.format import ordered_variants
 from pytest_sme2.report.kit_json import (
@@ -102,8 +104,6 @@ from pytest_sme2.report.kit_json import (
     relative_path,
 )
 from pytest_sme2.report.markdown import case_report
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement, VariantMeasurement
 
 TIMELINE_COLUMNS = (
     "model_id",

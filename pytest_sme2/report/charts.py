@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report.format import (
     case_title,
     counts_instructions,
@@ -23,8 +24,7 @@ from pytest_sme2.report.format import (
     ordered_variants,
     unit,
 )
-from pytest_sme2.report.scaling import E2E_WORDS, ScalingView
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.report.scaling_view import E2E_WORDS, ScalingView
 
 #: One colour per category, the same in every chart (colour-blind safe Tableau order).
 CATEGORY_COLOURS = {

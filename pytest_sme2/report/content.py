@@ -17,7 +17,9 @@ from pytest_sme2.analysis.kernels import BOTTLENECK_SHARE
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import OTHER, Profile
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
-from pytest_sme2.judge.verdict import Status, Verdict
+from pytest_sme2.records.device import Variant, describe_class
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.format import (
     Table,
     counts_instructions,
@@ -31,10 +33,8 @@ from pytest_sme2.report.format import (
     unit,
 )
 from pytest_sme2.report.load import init_text
-from pytest_sme2.report.numerics import numerics_text
+from pytest_sme2.report.numerics_text import numerics_text
 from pytest_sme2.report.throughput import per_token_text
-from pytest_sme2.run.devices.base import Variant, describe_class
-from pytest_sme2.run.measurement import Measurement
 
 
 def single_variant_note(m: Measurement) -> str | None:

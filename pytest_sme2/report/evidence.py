@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pytest_sme2.analysis.kernel_names import readable
 from pytest_sme2.analysis.kernels import ROLES, kernel_role, kernels_by_kind
 from pytest_sme2.analysis.ops import parse_op_name
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report.format import Table, ordered_variants, pct
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 
 
 def instruction_source(m: Measurement) -> str:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_sme2.analysis.stats import LatencyStats
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 
 
 @dataclass(frozen=True)

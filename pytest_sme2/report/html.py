@@ -11,14 +11,14 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
-from pytest_sme2.judge.verdict import Verdict
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report import sections as s
 from pytest_sme2.report.charts import data_uri, scaling_chart
 from pytest_sme2.report.format import Table
-from pytest_sme2.report.scaling import ScalingView
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.report.scaling_view import ScalingView
 
 #: Extra result-table columns: (header, CSS column name), in order.
 COLUMNS = (

@@ -21,10 +21,10 @@ from typing import Any
 
 from pytest_sme2.analysis.profile import unit_suffix
 from pytest_sme2.analysis.stats import LatencyStats
-from pytest_sme2.judge.verdict import Verdict
+from pytest_sme2.records.device import Variant, device_file_name
+from pytest_sme2.records.measurement import LoadMeasurement, Measurement, VariantMeasurement
+from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report.format import ordered_variants
-from pytest_sme2.run.devices.base import Variant, device_file_name
-from pytest_sme2.run.measurement import LoadMeasurement, Measurement, VariantMeasurement
 
 #: ``generator`` value of our manifests' ``sme2`` record: ``sme2 report`` reloads those exactly.
 GENERATOR = "pytest-sme2"

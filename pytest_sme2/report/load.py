@@ -8,9 +8,9 @@ pytorch/executorch#5162). Every report shows it per variant under "Load and memo
 
 from __future__ import annotations
 
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import MIB, LoadMeasurement, Measurement
 from pytest_sme2.report.format import Table, ms, ordered_variants, ratio
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import MIB, LoadMeasurement, Measurement
 
 
 def mib(count: int | None) -> str:

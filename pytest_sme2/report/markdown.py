@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_sme2.judge.verdict import Verdict
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report import sections as s
 from pytest_sme2.report.format import Table
-from pytest_sme2.report.scaling import scaling_views
-from pytest_sme2.run.measurement import Measurement
+from pytest_sme2.report.scaling_view import scaling_views
 
 
 def _bullets(lines: Sequence[str]) -> str:

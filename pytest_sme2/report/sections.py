@@ -19,15 +19,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from pytest_sme2.judge.verdict import Verdict
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
 from pytest_sme2.report import evidence as e
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report.format import Table
 from pytest_sme2.report.load import load_line, load_table
-from pytest_sme2.report.numerics import numerics_table
-from pytest_sme2.report.scaling import (
+from pytest_sme2.report.numerics_text import numerics_table
+from pytest_sme2.report.scaling_view import (
     DEFINITIONS,
     ScalingView,
     case_view,
@@ -35,8 +37,6 @@ from pytest_sme2.report.scaling import (
     scaling_table,
 )
 from pytest_sme2.report.throughput import phase_line, throughput_table
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 
 
 class View(Enum):
@@ -143,8 +143,8 @@ def _latency(case: Case) -> Section | None:
 
 
 def scaling_section(view: ScalingView, brief: bool, title: str = "") -> Section:
-    """A thread-scaling view (:mod:`pytest_sme2.report.scaling`): its table, each variant's knee
-    in one sentence, and in the full view what the numbers are."""
+    """A thread-scaling view (:mod:`pytest_sme2.report.scaling_view`): its table, each variant's
+    knee in one sentence, and in the full view what the numbers are."""
     parts: list[Part] = [scaling_table(view), Bullets(knee_lines(view))]
     if not brief:
         parts.append(Paragraph(DEFINITIONS))

@@ -9,7 +9,7 @@ The slowest exports and runner builds of the session, with seconds per stage, co
 Then, after ``--sme2-update-baselines`` or a missing baseline, every baseline file written and
 what changed in it, so the update can be reviewed before ``git diff baselines/``. With several
 thread counts, each model × dtype's thread-scaling table and knee sentences
-(:mod:`pytest_sme2.report.scaling`).
+(:mod:`pytest_sme2.report.scaling_view`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_sme2.progress import Finished
-from pytest_sme2.report.scaling import ScalingView, knee_lines, scaling_table
+from pytest_sme2.report.scaling_view import ScalingView, knee_lines, scaling_table
 
 #: How many of the session's exports and runner builds the summary lists, slowest first.
 SLOWEST = 5

@@ -1,7 +1,7 @@
 """Throughput of a language model's phase: tokens/s, and what bounds it.
 
-A model registered with ``tokens`` (``pytest_sme2.export.registry``) processes that many tokens per
-inference: a prefill its whole prompt, a decode step one. Users compare phases in tokens/s, as
+A model registered with ``tokens`` (``pytest_sme2.export.model_spec``) processes that many tokens
+per inference: a prefill its whole prompt, a decode step one. Users compare phases in tokens/s, as
 ExecuTorch's llama runner prints them (prompt evaluation, generation); where time is emulated the
 same figure is instructions per token, exact like the instructions it is made of. What the
 linear layers do follows from the phase: with one token each multiplies a weight matrix by
@@ -14,6 +14,8 @@ its KV cache, than in its GEMVs).
 from __future__ import annotations
 
 from pytest_sme2.analysis.categories import CATEGORIES, GEMM
+from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report.format import (
     Table,
     counts_instructions,
@@ -22,8 +24,6 @@ from pytest_sme2.report.format import (
     ratio,
     timing_stats,
 )
-from pytest_sme2.run.devices.base import Variant
-from pytest_sme2.run.measurement import Measurement
 
 
 def per_token(m: Measurement, variant: Variant) -> float | None:

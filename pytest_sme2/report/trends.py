@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_sme2.judge.history import HistoryRecord, commit_ranks, read_history
-from pytest_sme2.run.measurement import MIB, LoadMeasurement, Measurement, VariantMeasurement
+from pytest_sme2.records.measurement import MIB, LoadMeasurement, Measurement, VariantMeasurement
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis.profile import Profile

@@ -15,11 +15,12 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_sme2.errors import ConfigError, RunnerError
+from pytest_sme2.records.evidence import CpuSeen
 from pytest_sme2.runner import dies_with_parent, stoppable
 from pytest_sme2.runner.staging import (
     SEARCHED,
@@ -103,49 +104,6 @@ class LoadStats:
 
 
 @dataclass(frozen=True)
-class CpuSeen:
-    """What one runner process saw of the CPU (the runner's ``cpu_seen``): SME and SME2 as the
-    platform answers the kernels' own question (``getauxval(AT_HWCAP2)`` on Linux and Android,
-    ``sysctl hw.optional.arm.FEAT_SME*`` on macOS, through any shim the variant runs under), the
-    streaming vector length where SME is visible, and whether its XNNPACK exports KleidiAI's SME2
-    kernels. What proves a run's sme2-on/off label, rather than what was asked for."""
-
-    source: str
-    sme: bool
-    sme2: bool
-    svl_bytes: int | None
-    xnnpack_sme2_kernels: bool
-
-    @classmethod
-    def from_timings(cls, timings: Mapping[str, Any]) -> CpuSeen | None:
-        """From a timings file; None where the runner said nothing (built before it did, or
-        elsewhere: ``--sme2-runner-on``)."""
-        seen = timings.get("cpu_seen")
-        if seen is None:
-            return None
-        svl = seen["svl_bytes"]
-        return cls(
-            str(seen["source"]),
-            bool(seen["sme"]),
-            bool(seen["sme2"]),
-            None if svl is None else int(svl),
-            bool(seen["xnnpack_sme2_kernels"]),
-        )
-
-    def describe(self) -> str:
-        """``SME2 (SVL 64 B); XNNPACK with SME2 kernels`` — what a report's metadata says."""
-        if self.sme2:
-            seen = "SME2" + (f" (SVL {self.svl_bytes} B)" if self.svl_bytes else "")
-        else:
-            seen = "SME, not SME2" if self.sme else "no SME"
-        kernels = "with" if self.xnnpack_sme2_kernels else "without"
-        return f"{seen}; XNNPACK {kernels} SME2 kernels"
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class RunResult:
     """What one runner process produced."""
 
@@ -159,7 +117,7 @@ class RunResult:
     #: load times and memory, where the runner reports them
     load: LoadStats | None = None
     #: each measured run's thread CPU time, and its involuntary context switches: how much a busy
-    #: machine took from it (:mod:`pytest_sme2.run.disturbance`); empty where not reported
+    #: machine took from it (:mod:`pytest_sme2.measure.cpu_load`); empty where not reported
     cpu_ms: tuple[float, ...] = ()
     preemptions: tuple[int, ...] = ()
     #: what the process saw of the CPU, where the runner reports it

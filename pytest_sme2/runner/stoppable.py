@@ -2,7 +2,7 @@
 that kills it and refuses the thread's next one.
 
 Why: an emulated case runs its SME2-on and SME2-off variants side by side
-(:mod:`pytest_sme2.run.side_by_side`), each a runner under qemu started by a thread of its own.
+(:mod:`pytest_sme2.measure.side_by_side`), each a runner under qemu started by a thread of its own.
 Ctrl-C and SIGTERM (:mod:`pytest_sme2.interrupt`) reach the main thread only: its runner call
 kills its own group (:func:`pytest_sme2.runner.invoke.run_process`), and without a stop the other
 thread's qemu would count on for minutes, then start the next run of its variant.

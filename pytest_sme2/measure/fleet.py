@@ -1,0 +1,59 @@
+"""The session's devices: each built from its spec and prepared once, on its first case; a device
+that is lost stays lost, so its remaining cases fail at once while the others go on.
+
+Session state, hence a plain class rather than a frozen dataclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pytest_sme2.devices.base import Device, OptionGetter
+from pytest_sme2.devices.kinds import device_class
+from pytest_sme2.devices.spec import DeviceSpec
+from pytest_sme2.errors import DeviceLost
+from pytest_sme2.measure.settle import MachineSpeed
+
+
+class Fleet:
+    """Prepared devices, the devices lost, and each device's undisturbed speed, by spec."""
+
+    def __init__(self, flags: OptionGetter) -> None:
+        self._flags = flags
+        self._devices: dict[DeviceSpec, Device] = {}
+        self._lost: dict[DeviceSpec, str] = {}
+        self._speeds: dict[DeviceSpec, MachineSpeed] = {}
+
+    def device(self, spec: DeviceSpec) -> Device:
+        """The prepared device of ``spec``. Raises DeviceLost once it is lost, and the error of
+        its preparation (a phone not attached, a Mac that is not one) for each of its cases."""
+        if spec in self._lost:
+            raise DeviceLost(f"{spec.id} was lost earlier in this session: {self._lost[spec]}")
+        if spec not in self._devices:
+            device = device_class(spec.kind).from_options(spec.getter(self._flags))
+            device.spec_id = spec.id
+            with self.using(spec):
+                device.prepare()
+            self._devices[spec] = device
+        return self._devices[spec]
+
+    @contextmanager
+    def using(self, spec: DeviceSpec) -> Iterator[None]:
+        """Run the block on ``spec``'s device; a DeviceLost from it marks the device lost."""
+        try:
+            yield
+        except DeviceLost as err:
+            self._lost.setdefault(spec, str(err))
+            raise
+
+    def speed(self, spec: DeviceSpec) -> MachineSpeed:
+        """The device's undisturbed speed, as its reference workload has shown it so far."""
+        return self._speeds.setdefault(spec, MachineSpeed())
+
+
+def xdist_group(spec: DeviceSpec) -> str | None:
+    """The xdist group of a device's cases: a real device's spec, so one worker owns it and no
+    two of its cases ever run at once (their timings would mean nothing); None for an emulated
+    device, whose cases may spread over the workers."""
+    return None if device_class(spec.kind).emulates_cpu else spec.id

@@ -1,4 +1,0 @@
-"""Where a model runs: the host, an emulated Armv9 with SME2 (qemu), a Mac, an Android phone.
-
-Every device implements one interface (``pytest_sme2.run.devices.base.Device``) the plugin talks to.
-"""
