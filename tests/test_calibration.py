@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.judge.baseline import LATENCY_STATISTIC, Tolerances, from_measurement
+from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load
+from pytest_sme2.judge.baseline_model import LATENCY_STATISTIC
 from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.calibration import calibrate, noise_percent, not_calibrated_reason
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY
 from pytest_sme2.records.verdict import Status
 from tests.measurements import EMULATOR, HOST, measurement
@@ -81,7 +83,7 @@ def calibrated(noise_factors, tmp_path, tol=TOL):
     base = from_measurement(host(), tol)
     measurements = [host(f) for f in noise_factors]
     return base, calibrate(
-        measurements, base, tol, path=tmp_path / "b.json", when="2026-11-24T05:00:00+00:00"
+        measurements, base, Policy(tol), path=tmp_path / "b.json", when="2026-11-24T05:00:00+00:00"
     )
 
 
@@ -128,7 +130,7 @@ def test_an_uncalibrated_case_says_so(tmp_path):
 
 def test_calibration_refuses_what_it_cannot_calibrate(tmp_path):
     with pytest.raises(ConfigError, match=r"no baseline for toy\[fp32\] on host at .*record one"):
-        calibrate([host(), host()], None, TOL, path=tmp_path / "b.json", when="now")
+        calibrate([host(), host()], None, Policy(TOL), path=tmp_path / "b.json", when="now")
     with pytest.raises(ConfigError, match="timed no reference workload"):
         noise_percent([measurement(HOST), measurement(HOST)])
     assert not_calibrated_reason(HOST) is None

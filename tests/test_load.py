@@ -14,10 +14,11 @@ from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load, save, to_json
 from pytest_sme2.judge.baseline_update import merge
-from pytest_sme2.judge.decision import only_time_gates_failed
+from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.gates import judge
-from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.judge.gates import Judge, judge
+from pytest_sme2.judge.policy import Policy
+from pytest_sme2.measure.case import MeasurePlan, fastest_init
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import LoadMeasurement, Measurement
 from pytest_sme2.records.verdict import Status, Verdict
@@ -96,9 +97,9 @@ def test_a_20_percent_dearer_init_fails_on_qemu_sme2(emulated_measurement: Measu
     inits = [v for v in passed if v.gate.startswith("init-instructions")]
     assert [v.status for v in inits] == [Status.PASS, Status.PASS]
     cheaper = {
-        name: replace(variant, init_instructions=round(variant.init_instructions / 1.2))
+        name: replace(variant, figures={"init_instructions": round(count / 1.2)})
         for name, variant in own.variants.items()
-        if variant.init_instructions
+        if (count := variant.figures.get("init_instructions"))
     }
     failed = judge(emulated_measurement, replace(own, variants=cheaper), Expectations(), TOLERANCES)
     rose = [v for v in failed if v.gate.startswith("init-instructions") and v.status is Status.FAIL]
@@ -112,15 +113,12 @@ def test_an_older_baseline_is_judged_without_load_and_filled_on_update(
     now = from_measurement(emulated_measurement, TOLERANCES)
     older = replace(
         now,
-        variants={
-            name: replace(variant, init_instructions=None, planned_bytes=None)
-            for name, variant in now.variants.items()
-        },
+        variants={name: replace(variant, figures={}) for name, variant in now.variants.items()},
     )
     verdicts = judge(emulated_measurement, older, Expectations(), TOLERANCES)
     assert not [v for v in verdicts if v.gate.startswith(("init-", "planned-"))]
     merged, changes = merge(older, now, TOLERANCES)
-    assert merged.variants["sme2-on"].init_instructions == now.variants["sme2-on"].init_instructions
+    assert merged.variants["sme2-on"].figures == now.variants["sme2-on"].figures
     assert any(change.startswith("sme2-on init instructions None → ") for change in changes)
 
 
@@ -142,6 +140,10 @@ def verdicts_of(verdicts: tuple[Verdict, ...], prefix: str) -> list[Verdict]:
     return [v for v in verdicts if v.gate.startswith(prefix)]
 
 
+def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:
+    return Judge(Policy(TOLERANCES), None, Expectations()).only_time_failed(verdicts)
+
+
 def test_a_slow_init_is_cleared_by_a_quiet_process_of_any_confirmation(
     host_measurement: Measurement,
 ) -> None:
@@ -149,23 +151,19 @@ def test_a_slow_init_is_cleared_by_a_quiet_process_of_any_confirmation(
     first fresh one, quiet in the second — the fresh measurements' init is the fastest of all so
     far, so the quiet process clears it; a regression (every process 20 % slower) fails all three
     confirmations."""
-    from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
-    from pytest_sme2.measure.case import fastest_init
-
     own = from_measurement(host_measurement, TOLERANCES)
+    judge_own = Judge(Policy(TOLERANCES), own, Expectations())
     burst, quiet = scaled(host_measurement, init=1.25), host_measurement
 
     def confirmations(*fresh: Measurement):
         queue = list(fresh)
         return lambda: (queue.pop(0), "after a pause")
 
-    first = judge_confirmed(burst, own, Expectations(), TOLERANCES, confirmations(burst, quiet))
+    first = judge_confirmed(burst, judge_own, confirmations(burst, quiet))
     assert first.remeasured_after and "method init" in first.remeasured_after
     assert [v.status for v in verdicts_of(first.verdicts, "init-time")] == [Status.PASS]
     regressed = scaled(host_measurement, init=1.2)
-    stays = judge_confirmed(
-        regressed, own, Expectations(), TOLERANCES, confirmations(*[regressed] * CONFIRMATIONS)
-    )
+    stays = judge_confirmed(regressed, judge_own, confirmations(*[regressed] * CONFIRMATIONS))
     assert [v.status for v in verdicts_of(stays.verdicts, "init-time")] == [Status.FAIL]
     # fastest_init takes the fastest process of all, variant by variant, and nothing else
     pooled = fastest_init(burst, quiet)
@@ -236,8 +234,9 @@ def test_an_older_time_record_is_judged_without_load_and_filled_on_update(
     stored = load(path)
     assert stored is not None
     (times,) = stored.machines.values()
-    load_ms = times.variants["sme2-off"].method_init_ms
-    assert load_ms is not None and times.variants["sme2-off"].peak_rss_bytes
+    figures = times.variants["sme2-off"].figures
+    load_ms = figures["method_init_ms"]
+    assert load_ms is not None and figures["runner_peak_rss_bytes"]
 
     within = from_measurement(scaled(host_measurement, init=1.1), TOLERANCES)
     kept, changes = merge(stored, within, TOLERANCES)
@@ -246,7 +245,8 @@ def test_an_older_time_record_is_judged_without_load_and_filled_on_update(
     moved, changes = merge(stored, beyond, TOLERANCES)
     (record,) = moved.machines.values()
     assert [line for line in changes if "method init" in line]
-    assert record.variants["sme2-off"].method_init_ms == pytest.approx(load_ms * 1.2, rel=1e-3)
+    method_init_ms = record.variants["sme2-off"].figures["method_init_ms"]
+    assert method_init_ms == pytest.approx(load_ms * 1.2, rel=1e-3)
 
 
 def test_a_time_record_holding_the_sessions_peak_memory_is_not_judged_by_it_and_update_replaces_it(
