@@ -4,6 +4,7 @@ qemu-sme2: method init in exact guest instructions), stored in the baseline, gat
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load, save, to_json
 from pytest_sme2.judge.baseline_update import merge
@@ -18,16 +21,15 @@ from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import Judge, judge
 from pytest_sme2.judge.policy import Policy
-from pytest_sme2.measure.case import MeasurePlan, fastest_init
+from pytest_sme2.measure.case import MeasurePlan, fastest_init, measure_program
+from pytest_sme2.measure.deadline import Deadline
+from pytest_sme2.measure.plan import CaseProgram
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import LoadMeasurement, Measurement
 from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.markdown import case_report
-from tests.inner import INNER_TEST
 from tests.measurements import measure_toy_cnn, scaled
-
-pytest_plugins = ["pytester"]
 
 TOLERANCES = Tolerances()
 PLAN = MeasurePlan(runs=4, rounds=2, warmup=1, traced_runs=2)
@@ -279,59 +281,48 @@ def test_a_time_record_holding_the_sessions_peak_memory_is_not_judged_by_it_and_
     assert own == host_measurement.variants[Variant.OFF].load.peak_rss_bytes < 100 << 20
 
 
-#: Five 2048² linears (80 MiB of fp32 weights), then six: 20 % more weights, the same activations.
-HEAVY = """
-import torch
-from torch import nn
+def heavy(layers: int) -> ModelSpec:
+    """``layers`` 2048² linears (16 MiB of fp32 weights each), the same activations whatever
+    their number."""
+    import torch
+    from torch import nn
 
-from pytest_sme2 import register_model
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(*(nn.Linear(2048, 2048) for _ in range(layers))).eval()
 
+    def inputs(seed: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(1, 2048, generator=torch.Generator().manual_seed(seed)),)
 
-def heavy_inputs(seed):
-    return (torch.randn(1, 2048, generator=torch.Generator().manual_seed(seed)),)
-
-
-@register_model("heavy", inputs=heavy_inputs, dtypes=("fp32",))
-def heavy():
-    torch.manual_seed(0)
-    return nn.Sequential(*(nn.Linear(2048, 2048) for _ in range({layers}))).eval()
-"""
+    return ModelSpec("heavy", build, inputs, f"{layers} 2048² linears", ("fp32",))
 
 
-def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def measured_on_host(spec: ModelSpec, workdir: Path) -> Measurement:
+    device = HostDevice.from_options(lambda _: None)
+    device.prepare()
+    artifact = export_model(spec, "fp32")
+    program = CaseProgram(spec.name, "fp32", artifact.pte, artifact.inputs)
+    return measure_program(
+        device, program, PLAN, workdir, classifier=None, reference=None, deadline=Deadline()
+    )
+
+
+def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(tmp_path: Path) -> None:
     """Recorded at five layers, judged at six: the runner's own peak resident memory (the packed
     weights live there) rises beyond the default 10 % tolerance and fails the case, while the
-    time gates are opened wide so that only memory can fail it."""
-    from pytest_sme2.cache import cache_root
+    time gates are opened wide so that only memory (and the sixth layer's structure) can."""
+    five = measured_on_host(heavy(5), tmp_path / "five")
+    (recorded,) = {vm.load.peak_rss_bytes for vm in five.variants.values() if vm.load}
+    assert recorded and 100 << 20 < recorded < 400 << 20  # the weights and their packed copy
+    wide = Tolerances(latency_percent=400, speedup_percent=400, init_time_percent=400)
+    stored = from_measurement(five, wide)
 
-    monkeypatch.setenv("SME2_CACHE_DIR", str(cache_root()))
-    pytester.makepyfile(test_heavy=INNER_TEST)
-    args = (
-        "-p",
-        "no:cacheprovider",
-        "--sme2-runs=4",
-        "--sme2-rounds=2",
-        "--sme2-traced-runs=1",
-        "--sme2-latency-tolerance=400",
-        "--sme2-init-time-tolerance=400",
+    six = measured_on_host(heavy(6), tmp_path / "six")
+    verdicts = Judge(Policy(wide), stored, Expectations())(six)
+    failed = {v.gate: v for v in verdicts if v.status is Status.FAIL}
+    assert set(failed) == {"peak-memory[sme2-off]", "structure[sme2-off]"}, failed
+    assert re.fullmatch(
+        r"peak resident memory of heavy\[fp32\] on host \(sme2-off\) rose [\d.,]+ → [\d.,]+ "
+        r"MiB \(\+1\d\.\d%\), beyond the 10% tolerance of this machine class's record",
+        failed["peak-memory[sme2-off]"].message,
     )
-    pytester.makeconftest(HEAVY.format(layers=5))
-    pytester.runpytest_subprocess(*args, "--sme2-update-baselines").assert_outcomes(passed=1)
-    (baseline,) = (pytester.path / "baselines/host").iterdir()
-    (record,) = json.loads(baseline.read_text())["machines"].values()
-    recorded = record["variants"]["sme2-off"]["runner_peak_rss_bytes"]
-    assert 100 << 20 < recorded < 400 << 20  # the weights and their packed copy, little else
-
-    pytester.makeconftest(HEAVY.format(layers=6))
-    result = pytester.runpytest_subprocess(*args)
-    result.assert_outcomes(failed=1)
-    result.stdout.re_match_lines(
-        [
-            r".*peak resident memory of heavy\[fp32\] on host \(sme2-off\) rose [\d.,]+ → [\d.,]+ "
-            r"MiB \(\+1\d\.\d%\), beyond the 10% tolerance.*"
-        ]
-    )
-    failures = [line for line in result.stdout.lines if " rose " in line or "moved" in line]
-    assert all("peak resident memory" in line for line in failures), failures
