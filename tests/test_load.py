@@ -12,7 +12,6 @@ import pytest
 
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load, save, to_json
@@ -21,14 +20,13 @@ from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import Judge, judge
 from pytest_sme2.judge.policy import Policy
-from pytest_sme2.measure.case import MeasurePlan, fastest_init, measure_program
-from pytest_sme2.measure.deadline import Deadline
-from pytest_sme2.measure.plan import CaseProgram
+from pytest_sme2.measure.case import MeasurePlan, fastest_init
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import LoadMeasurement, Measurement
 from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.markdown import case_report
+from tests.judge.host_case import host_device, measure_on_host
 from tests.measurements import measure_toy_cnn, scaled
 
 TOLERANCES = Tolerances()
@@ -297,27 +295,17 @@ def heavy(layers: int) -> ModelSpec:
     return ModelSpec("heavy", build, inputs, f"{layers} 2048² linears", ("fp32",))
 
 
-def measured_on_host(spec: ModelSpec, workdir: Path) -> Measurement:
-    device = HostDevice.from_options(lambda _: None)
-    device.prepare()
-    artifact = export_model(spec, "fp32")
-    program = CaseProgram(spec.name, "fp32", artifact.pte, artifact.inputs)
-    return measure_program(
-        device, program, PLAN, workdir, classifier=None, reference=None, deadline=Deadline()
-    )
-
-
 def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(tmp_path: Path) -> None:
     """Recorded at five layers, judged at six: the runner's own peak resident memory (the packed
     weights live there) rises beyond the default 10 % tolerance and fails the case, while the
     time gates are opened wide so that only memory (and the sixth layer's structure) can."""
-    five = measured_on_host(heavy(5), tmp_path / "five")
+    five = measure_on_host(host_device(), heavy(5), tmp_path / "five")
     (recorded,) = {vm.load.peak_rss_bytes for vm in five.variants.values() if vm.load}
     assert recorded and 100 << 20 < recorded < 400 << 20  # the weights and their packed copy
     wide = Tolerances(latency_percent=400, speedup_percent=400, init_time_percent=400)
     stored = from_measurement(five, wide)
 
-    six = measured_on_host(heavy(6), tmp_path / "six")
+    six = measure_on_host(host_device(), heavy(6), tmp_path / "six")
     verdicts = Judge(Policy(wide), stored, Expectations())(six)
     failed = {v.gate: v for v in verdicts if v.status is Status.FAIL}
     assert set(failed) == {"peak-memory[sme2-off]", "structure[sme2-off]"}, failed
