@@ -12,21 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
-from pytest_sme2.judge.baseline_file import load, read
+from pytest_sme2.judge.baseline_file import load
 from pytest_sme2.judge.baseline_model import LATENCY_STATISTIC
 from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.calibration import calibrate, noise_percent, not_calibrated_reason
-from pytest_sme2.judge.check import CaseCheck
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
 from pytest_sme2.judge.policy import Policy
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Status
 from pytest_sme2.settings import OPTIONS, resolve
-from tests.judge.host_case import host_device, measure_on_host, toy_cnn
+from tests.judge.host_case import case_check, host_device, measure_on_host, toy_cnn
 from tests.measurements import EMULATOR, HOST, measurement
 
 TOL = Tolerances()
@@ -144,32 +143,20 @@ def _stdev(values):
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def case_check(tmp_path: Path, policy: Policy, device: HostDevice) -> CaseCheck:
-    """toy_cnn on this host, its baseline in ``tmp_path``, judged as ``sme2_judge`` would."""
-    path = tmp_path / "baselines" / "host" / "toy_cnn-fp32.json"
-    return CaseCheck(
-        policy,
-        path,
-        read(path, update=policy.update),
-        expectations=Expectations,
-        measure=lambda label: measure_on_host(device, toy_cnn(), tmp_path / label),
-        settle=lambda recorded_ms: "without a pause",
-        nodeid="test_suite.py::test_model",
-        device_id="host",
-        artifacts=tmp_path,
-    )
-
-
 def test_a_calibration_stores_the_noise_in_the_time_record_and_nothing_else(tmp_path):
     """Recorded, calibrated over 3 real measurements, judged: the calibration is the only key the
     file gains, and the judged case says the latency gate's calibrated detectable effect."""
     device = host_device()
-    recorder = case_check(tmp_path, Policy(TOL, update=True), device)
+
+    def measure(label: str) -> Measurement:
+        return measure_on_host(device, toy_cnn(), tmp_path / label)
+
+    recorder = case_check(tmp_path, Policy(TOL, update=True), measure)
     recorder.check(recorder.measure("record"))
     path = recorder.path
     before = json.loads(path.read_text())
 
-    calibrator = case_check(tmp_path, Policy(TOL, calibrate_runs=3), device)
+    calibrator = case_check(tmp_path, Policy(TOL, calibrate_runs=3), measure)
     calibration = calibrator.check(calibrator.measure("calibrate-0"))
     ((said, summary),) = calibration.properties
     assert said == "sme2 calibration"
@@ -185,7 +172,7 @@ def test_a_calibration_stores_the_noise_in_the_time_record_and_nothing_else(tmp_
     assert after == before  # the portable part and the stored times are as they were
     assert load(path).machines[class_id].calibration is not None
 
-    judge = case_check(tmp_path, Policy(TOL), device)
+    judge = case_check(tmp_path, Policy(TOL), measure)
     verdicts = {v.gate: v for v in judge.check(judge.measure("judge")).verdicts}
     sees = cal["tolerance_percent"] + 1.96 * cal["noise_percent"]
     assert verdicts[LATENCY_SENSITIVITY].details == (f"{sees:.1f}%",)
