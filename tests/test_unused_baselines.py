@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.cache import cache_root
-from pytest_sme2.judge.unused_baselines import UnusedBaselines, unused_baselines
+from pytest_sme2.judge.unused_baselines import UnusedBaselines, settle_unused, unused_baselines
 from tests.test_plugin import CONFTEST, run
 
 pytest_plugins = ["pytester"]
@@ -36,6 +36,24 @@ def test_only_this_sessions_thread_counts_and_unused_files_are_found(tmp_path):
     used = {host / "a-fp32.json"}
     assert unused_baselines([host, tmp_path / "none"], used, (1,)) == (host / "b-fp32.json",)
     assert unused_baselines([host], used, (1, 2)) == (host / "a-fp32-t2.json", host / "b-fp32.json")
+
+
+def test_unused_baselines_are_removed_only_by_an_update_that_named_no_test_file(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    unused, used = host / "gone-fp32.json", host / "kept-fp32.json"
+
+    def settle(**how: bool) -> UnusedBaselines:
+        for path in (unused, used):
+            path.write_text("{}")
+        return settle_unused([host], {used}, (1,), **how)
+
+    assert settle(update=False, named=False) == UnusedBaselines((unused,), removed=False)
+    assert unused.exists()
+    assert settle(update=True, named=True) == UnusedBaselines((unused,), False, withheld=True)
+    assert unused.exists()
+    assert settle(update=True, named=False) == UnusedBaselines((unused,), removed=True)
+    assert not unused.exists() and used.exists()
 
 
 def test_what_two_workers_found_is_one_finding():

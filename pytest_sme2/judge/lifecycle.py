@@ -11,7 +11,7 @@
   fresh measurements); under ``--sme2-update-baselines`` it is first merged into it, each
   quantity kept while within tolerance, each change listed;
 * unused (no case of the suite reads it): listed at the session's end, and removed by an update
-  over the whole suite (:mod:`pytest_sme2.judge.unused_baselines`).
+  over the whole suite (:func:`pytest_sme2.judge.unused_baselines.settle_unused`).
 
 A disturbed measurement (other work took the CPU from its runs) never writes its machine class's
 time record: a busy session is never the yardstick of quiet ones.
