@@ -11,8 +11,9 @@ import pytest
 
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.judge import baseline_file as store
-from pytest_sme2.judge.baseline import Tolerances, from_measurement, stable
+from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_update import merge
+from pytest_sme2.judge.moves import stable
 from tests.measurements import HOST, SME2_DEVICE, measurement
 
 TOL = Tolerances()

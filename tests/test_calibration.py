@@ -1,29 +1,32 @@
 """The latency gate's statistic (the fastest run relative to the reference workload's) and its
-A/A calibration: pure functions on hand-made measurements, then ``--sme2-calibrate`` end to end
-on the host (real exports, the real runner)."""
+A/A calibration: pure functions on hand-made measurements, then a case recorded, calibrated and
+judged as ``sme2_judge`` does (``CaseCheck``) on the host (real exports, the real runner)."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.judge.baseline import LATENCY_STATISTIC, Tolerances, from_measurement
+from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load
+from pytest_sme2.judge.baseline_model import LATENCY_STATISTIC
 from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.calibration import calibrate, noise_percent, not_calibrated_reason
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Status
+from pytest_sme2.settings import OPTIONS, resolve
+from tests.judge.host_case import case_check, host_device, measure_on_host, toy_cnn
 from tests.measurements import EMULATOR, HOST, measurement
-from tests.test_plugin import make_suite, run
-
-pytest_plugins = ["pytester"]
 
 TOL = Tolerances()
 OFF = (10.0, 10.1, 9.9, 10.05, 9.95, 10.0)  # fastest 9.9 ms
@@ -81,7 +84,7 @@ def calibrated(noise_factors, tmp_path, tol=TOL):
     base = from_measurement(host(), tol)
     measurements = [host(f) for f in noise_factors]
     return base, calibrate(
-        measurements, base, tol, path=tmp_path / "b.json", when="2026-11-24T05:00:00+00:00"
+        measurements, base, Policy(tol), path=tmp_path / "b.json", when="2026-11-24T05:00:00+00:00"
     )
 
 
@@ -128,7 +131,7 @@ def test_an_uncalibrated_case_says_so(tmp_path):
 
 def test_calibration_refuses_what_it_cannot_calibrate(tmp_path):
     with pytest.raises(ConfigError, match=r"no baseline for toy\[fp32\] on host at .*record one"):
-        calibrate([host(), host()], None, TOL, path=tmp_path / "b.json", when="now")
+        calibrate([host(), host()], None, Policy(TOL), path=tmp_path / "b.json", when="now")
     with pytest.raises(ConfigError, match="timed no reference workload"):
         noise_percent([measurement(HOST), measurement(HOST)])
     assert not_calibrated_reason(HOST) is None
@@ -140,17 +143,28 @@ def _stdev(values):
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def test_calibrate_flag_stores_the_noise_in_the_time_record_and_nothing_else(pytester):
-    make_suite(pytester)
-    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
-    path = Path(pytester.path, "baselines", "host", "plug_a-fp32.json")
+def test_a_calibration_stores_the_noise_in_the_time_record_and_nothing_else(tmp_path):
+    """Recorded, calibrated over 3 real measurements, judged: the calibration is the only key the
+    file gains, and the judged case says the latency gate's calibrated detectable effect."""
+    device = host_device()
+
+    def measure(label: str) -> Measurement:
+        return measure_on_host(device, toy_cnn(), tmp_path / label)
+
+    recorder = case_check(tmp_path, Policy(TOL, update=True), measure)
+    recorder.check(recorder.measure("record"))
+    path = recorder.path
     before = json.loads(path.read_text())
 
-    calibration = run(pytester, "--sme2-models=plug_a", "--sme2-calibrate=3")
-    calibration.assert_outcomes(passed=1)
-    calibration.stdout.fnmatch_lines(
-        ["*the latency gate sees a *% slowdown of plug_a[[]fp32] on host on this machine class*"]
-    )
+    calibrator = case_check(tmp_path, Policy(TOL, calibrate_runs=3), measure)
+    calibration = calibrator.check(calibrator.measure("calibrate-0"))
+    ((said, summary),) = calibration.properties
+    assert said == "sme2 calibration"
+    assert re.match(
+        r"the latency gate sees a [\d.]+% slowdown of toy_cnn\[fp32\] on host on this machine "
+        r"class \(",
+        summary,
+    ), summary
     after = json.loads(path.read_text())
     ((class_id, record),) = after["machines"].items()
     cal = record.pop("calibration")
@@ -158,17 +172,20 @@ def test_calibrate_flag_stores_the_noise_in_the_time_record_and_nothing_else(pyt
     assert after == before  # the portable part and the stored times are as they were
     assert load(path).machines[class_id].calibration is not None
 
-    judged = run(pytester, "--sme2-models=plug_a")
-    judged.assert_outcomes(passed=1)
-    table = judged.stdout.str()  # the session table's column: the calibrated detectable effect
-    assert "latency gate sees" in table and "not calibrated" not in table
+    judge = case_check(tmp_path, Policy(TOL), measure)
+    verdicts = {v.gate: v for v in judge.check(judge.measure("judge")).verdicts}
     sees = cal["tolerance_percent"] + 1.96 * cal["noise_percent"]
-    assert f" {sees:.1f}% " in table
+    assert verdicts[LATENCY_SENSITIVITY].details == (f"{sees:.1f}%",)
 
 
-def test_calibrate_flag_refuses_one_measurement_and_an_update(pytester):
-    make_suite(pytester)
-    one = run(pytester, "--sme2-calibrate=1")
-    one.stdout.fnmatch_lines(["*--sme2-calibrate=1: give the number of unchanged measurements*"])
-    both = run(pytester, "--sme2-calibrate=3", "--sme2-update-baselines")
-    both.stdout.fnmatch_lines(["*--sme2-calibrate and --sme2-update-baselines do not mix*"])
+def test_calibrate_refuses_one_measurement_and_an_update() -> None:
+    ini = {option.dest: option.default for option in OPTIONS}
+
+    def settings(**options: object):
+        return resolve(options.get, lambda key: ini.get(key, ""), Path("."))
+
+    assert settings(sme2_calibrate="3").policy.calibrate_runs == 3
+    with pytest.raises(ConfigError, match="--sme2-calibrate=1: give the number of unchanged"):
+        settings(sme2_calibrate="1")
+    with pytest.raises(ConfigError, match="--sme2-calibrate and --sme2-update-baselines do not"):
+        settings(sme2_calibrate="3", sme2_update_baselines=True)

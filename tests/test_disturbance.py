@@ -21,10 +21,13 @@ import pytest
 
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
+from pytest_sme2.judge.baseline_file import Stored
 from pytest_sme2.judge.calibration import calibrate
-from pytest_sme2.judge.decision import decide, failure_report
+from pytest_sme2.judge.decision import failure_report
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.lifecycle import decide
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.judge.time_gates import DISTURBED
 from pytest_sme2.measure.case import fastest
 from pytest_sme2.measure.cpu_load import local_load, lost_cpu, series
@@ -183,16 +186,20 @@ def test_a_quiet_measurement_is_judged_as_before():
 
 def test_a_disturbed_measurement_records_no_time(tmp_path: Path):
     m = replace_disturbance(measurement(HOST), BUSY)
-    common = {"path": tmp_path / "b.json", "strict": False, "remeasure": None}
-    first = decide(m, None, Expectations(), TOL, update=True, **common)
+    path, update = tmp_path / "b.json", Policy(TOL, update=True)
+
+    def updated(m: Measurement, stored: Stored, policy: Policy = update):
+        return decide(m, stored, path, Expectations(), policy, remeasure=None)
+
+    first = updated(m, Stored(None))
     assert first.baseline is not None and first.baseline.machines == {}
     assert first.changes[-1] == (f"[{m.device.class_id}] time record not written: {BUSY.reason}")
-    quiet = decide(replace_disturbance(m, QUIET), None, Expectations(), TOL, update=True, **common)
+    quiet = updated(replace_disturbance(m, QUIET), Stored(None))
     assert quiet.baseline is not None
     # a busy update keeps the class's quiet record, to the byte
-    kept = decide(m, quiet.baseline, Expectations(), TOL, update=True, **common)
+    kept = updated(m, Stored(quiet.baseline))
     assert kept.baseline is not None and kept.baseline.machines == quiet.baseline.machines
-    forced = decide(m, None, Expectations(), TOL, update=True, judge_disturbed=True, **common)
+    forced = updated(m, Stored(None), Policy(TOL, update=True, judge_disturbed=True))
     assert forced.baseline is not None and m.device.class_id in forced.baseline.machines
 
 
@@ -210,11 +217,11 @@ def test_a_calibration_leaves_the_disturbed_measurements_out(tmp_path: Path):
     )
     stored = from_measurement(calm[0], TOL)
     kw = {"path": tmp_path / "b.json", "when": "2026-11-25T18:00:00+00:00"}
-    result = calibrate([*calm, busy], stored, TOL, **kw)
+    result = calibrate([*calm, busy], stored, Policy(TOL), **kw)
     assert result.calibration.runs == 2 and result.calibration.noise_percent == 0.0
     with pytest.raises(ConfigError, match=r"ran undisturbed in 1 of 2 measurements, 2 are needed"):
-        calibrate([calm[0], busy], stored, TOL, **kw)
-    forced = calibrate([calm[0], busy], stored, TOL, judge_disturbed=True, **kw)
+        calibrate([calm[0], busy], stored, Policy(TOL), **kw)
+    forced = calibrate([calm[0], busy], stored, Policy(TOL, judge_disturbed=True), **kw)
     assert forced.calibration.runs == 2 and forced.calibration.noise_percent > 50
 
 

@@ -9,10 +9,13 @@ import pytest
 from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.judge.baseline import Baseline, Tolerances, from_measurement
+from pytest_sme2.judge.baseline_file import Stored
 from pytest_sme2.judge.baseline_update import merge
-from pytest_sme2.judge.decision import decide, failure_report, only_time_gates_failed
+from pytest_sme2.judge.decision import CONFIRMATIONS, Remeasure, failure_report, judge_confirmed
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.gates import judge
+from pytest_sme2.judge.gates import Judge, judge
+from pytest_sme2.judge.lifecycle import decide
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.judge.wording import RECORD_IT
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
@@ -31,10 +34,20 @@ from tests.measurements import (
 )
 
 TOL = Tolerances()
+POLICY = Policy(TOL)
 
 
 def by_gate(verdicts):
     return {v.gate: v for v in verdicts}
+
+
+def confirmed(m: Measurement, base: Baseline | None, remeasure: Remeasure | None):
+    """``m`` judged against ``base`` by the default gates, a time-only failure re-measured."""
+    return judge_confirmed(m, Judge(POLICY, base, Expectations()), remeasure)
+
+
+def only_time_gates_failed(verdicts) -> bool:
+    return Judge(POLICY, None, Expectations()).only_time_failed(verdicts)
 
 
 def test_unchanged_measurement_passes_every_gate_against_its_own_baseline():
@@ -310,7 +323,7 @@ def test_instruction_ratio_floor_and_baseline_on_an_emulator():
         "for toy[fp32] on emulator"
     )
     base = from_measurement(m, TOL)
-    assert base.instruction_ratio == 2.5
+    assert base.figures["instruction_ratio"] == 2.5
     assert base.machines == {}  # emulated time gives no time record to store
     worse = measurement(
         EMULATOR, on_evidence=replace(ON_EVIDENCE, instructions=150_000), off_evidence=OFF_EVIDENCE
@@ -356,7 +369,6 @@ def test_shares_are_not_judged_where_time_means_nothing():
 
 
 def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
-    from pytest_sme2.judge.decision import only_time_gates_failed
     from pytest_sme2.records.verdict import Verdict
 
     def v(gate, status=Status.FAIL):
@@ -372,7 +384,6 @@ def test_only_failures_of_time_based_gates_are_worth_a_fresh_measurement():
 
 
 def test_a_time_gate_failure_is_decided_by_fresh_measurements_spread_in_time():
-    from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
     from pytest_sme2.measure.case import fastest_init
 
     base = from_measurement(measurement(HOST), TOL)
@@ -390,17 +401,15 @@ def test_a_time_gate_failure_is_decided_by_fresh_measurements_spread_in_time():
         return take
 
     # a burst that outlasts one fresh measurement: the second, taken later, clears the failure
-    passed = judge_confirmed(
-        slow, base, Expectations(), TOL, remeasure(slow, measurement(HOST), slow)
-    )
+    passed = confirmed(slow, base, remeasure(slow, measurement(HOST), slow))
     # the fresh measurement, its method init the fastest process of all three so far
     assert len(calls) == 2 and passed.measurement == fastest_init(calls[-1], slow, calls[0])
     assert passed.remeasured_after.startswith(
         "E2E latency of toy[fp32] on host (sme2-off) rose 20.2%"
     )
-    confirmed = by_gate(passed.verdicts)["confirmed"]
-    assert confirmed.status is Status.PASS
-    assert confirmed.message.startswith(
+    said = by_gate(passed.verdicts)["confirmed"]
+    assert said.status is Status.PASS
+    assert said.message.startswith(
         f"passed in fresh measurement 2 of up to {CONFIRMATIONS} (after a pause, machine "
         "settled (2)); the first had failed: E2E latency"
     )
@@ -408,7 +417,7 @@ def test_a_time_gate_failure_is_decided_by_fresh_measurements_spread_in_time():
 
     # a regression fails every one of them
     calls.clear()
-    persisted = judge_confirmed(slow, base, Expectations(), TOL, remeasure(*[slow] * 3))
+    persisted = confirmed(slow, base, remeasure(*[slow] * 3))
     assert len(calls) == CONFIRMATIONS == 3
     assert by_gate(persisted.verdicts)["latency[sme2-off]"].status is Status.FAIL
     assert failure_report(persisted.verdicts, strict=False).endswith(
@@ -418,19 +427,17 @@ def test_a_time_gate_failure_is_decided_by_fresh_measurements_spread_in_time():
 
 
 def test_structure_failures_and_just_written_baselines_are_not_re_measured():
-    from pytest_sme2.judge.decision import judge_confirmed
-
     base = from_measurement(measurement(HOST), TOL)
     changed = measurement(HOST, off_ops=(*OFF_OPS, ("Transpose (ND, X32)", 1.0)))
 
     def never():
         raise AssertionError("a changed graph is not a disturbance of the machine")
 
-    judged = judge_confirmed(changed, base, Expectations(), TOL, never)
+    judged = confirmed(changed, base, never)
     assert judged.remeasured_after is None and judged.measurement is changed
     assert by_gate(judged.verdicts)["structure[sme2-off]"].status is Status.FAIL
     slow = measurement(HOST, off_latencies=(12.0, 12.1, 11.9, 12.05, 11.95, 12.0))
-    assert judge_confirmed(slow, base, Expectations(), TOL, None).remeasured_after is None
+    assert confirmed(slow, base, None).remeasured_after is None
 
 
 def test_structure_is_portable_across_cpus_that_spell_dynamic_int8_differently():
@@ -532,8 +539,8 @@ def _edge(quantity: str, m: Measurement, factor: float) -> Baseline:
         stored = round(on.instructions / (1 + factor * TOL.instruction_percent / 100))
         return replace(b, variants={**b.variants, "sme2-on": replace(on, instructions=stored)})
     if quantity == "instruction ratio":
-        ratio = b.instruction_ratio / (1 + factor * TOL.instruction_percent / 100)
-        return replace(b, instruction_ratio=ratio)
+        ratio = b.figures["instruction_ratio"] / (1 + factor * TOL.instruction_percent / 100)
+        return replace(b, figures={**b.figures, "instruction_ratio": ratio})
     if quantity == "instruction shares":
         shares = {**off.instruction_shares}
         shares["Convolution"] -= factor * TOL.share_points / 100
@@ -596,15 +603,12 @@ def test_gates_and_the_baseline_update_agree_on_moved_at_the_edges_of_tolerance(
 def test_decide_writes_a_missing_baseline_fails_once_and_carries_out_nothing_itself(tmp_path):
     m = measurement(SME2_DEVICE)
     path = tmp_path / "toy-fp32.json"
-    first = decide(
-        m, None, Expectations(), TOL, path=path, update=False, strict=False, remeasure=None
-    )
+    first = decide(m, Stored(None), path, Expectations(), POLICY, remeasure=None)
     assert first.baseline == from_measurement(m, TOL) and first.changes == ("new baseline",)
     assert first.failure.startswith(f"no baseline for toy[fp32] on phone: wrote {path}")
     assert not path.exists()  # writing it is the plugin's to do
-    again = decide(
-        m, first.baseline, Expectations(), TOL, path=path, update=True, strict=False, remeasure=None
-    )
+    update = Policy(TOL, update=True)
+    again = decide(m, Stored(first.baseline), path, Expectations(), update, remeasure=None)
     assert again.baseline is None and again.changes == () and again.failure is None
     assert again.verdicts == judge(m, first.baseline, Expectations(), TOL)
 
@@ -615,12 +619,10 @@ def test_decide_confirms_a_time_failure_on_a_fresh_measurement(tmp_path):
     fresh = measurement(SME2_DEVICE)
     decision = decide(
         slow,
-        stored,
+        Stored(stored),
+        tmp_path / "b.json",
         Expectations(),
-        TOL,
-        path=tmp_path / "b.json",
-        update=False,
-        strict=False,
+        POLICY,
         remeasure=lambda: (fresh, "in a fresh measurement"),
     )
     assert decision.measurement == fresh and decision.failure is None

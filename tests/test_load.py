@@ -4,6 +4,7 @@ qemu-sme2: method init in exact guest instructions), stored in the baseline, gat
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,22 +12,22 @@ import pytest
 
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load, save, to_json
 from pytest_sme2.judge.baseline_update import merge
-from pytest_sme2.judge.decision import only_time_gates_failed
+from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
 from pytest_sme2.judge.expectations import Expectations
-from pytest_sme2.judge.gates import judge
-from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.judge.gates import Judge, judge
+from pytest_sme2.judge.policy import Policy
+from pytest_sme2.measure.case import MeasurePlan, fastest_init
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import LoadMeasurement, Measurement
 from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.load import load_line, load_table
 from pytest_sme2.report.markdown import case_report
-from tests.inner import INNER_TEST
+from tests.judge.host_case import host_device, measure_on_host
 from tests.measurements import measure_toy_cnn, scaled
-
-pytest_plugins = ["pytester"]
 
 TOLERANCES = Tolerances()
 PLAN = MeasurePlan(runs=4, rounds=2, warmup=1, traced_runs=2)
@@ -96,9 +97,9 @@ def test_a_20_percent_dearer_init_fails_on_qemu_sme2(emulated_measurement: Measu
     inits = [v for v in passed if v.gate.startswith("init-instructions")]
     assert [v.status for v in inits] == [Status.PASS, Status.PASS]
     cheaper = {
-        name: replace(variant, init_instructions=round(variant.init_instructions / 1.2))
+        name: replace(variant, figures={"init_instructions": round(count / 1.2)})
         for name, variant in own.variants.items()
-        if variant.init_instructions
+        if (count := variant.figures.get("init_instructions"))
     }
     failed = judge(emulated_measurement, replace(own, variants=cheaper), Expectations(), TOLERANCES)
     rose = [v for v in failed if v.gate.startswith("init-instructions") and v.status is Status.FAIL]
@@ -112,15 +113,12 @@ def test_an_older_baseline_is_judged_without_load_and_filled_on_update(
     now = from_measurement(emulated_measurement, TOLERANCES)
     older = replace(
         now,
-        variants={
-            name: replace(variant, init_instructions=None, planned_bytes=None)
-            for name, variant in now.variants.items()
-        },
+        variants={name: replace(variant, figures={}) for name, variant in now.variants.items()},
     )
     verdicts = judge(emulated_measurement, older, Expectations(), TOLERANCES)
     assert not [v for v in verdicts if v.gate.startswith(("init-", "planned-"))]
     merged, changes = merge(older, now, TOLERANCES)
-    assert merged.variants["sme2-on"].init_instructions == now.variants["sme2-on"].init_instructions
+    assert merged.variants["sme2-on"].figures == now.variants["sme2-on"].figures
     assert any(change.startswith("sme2-on init instructions None → ") for change in changes)
 
 
@@ -142,6 +140,10 @@ def verdicts_of(verdicts: tuple[Verdict, ...], prefix: str) -> list[Verdict]:
     return [v for v in verdicts if v.gate.startswith(prefix)]
 
 
+def only_time_gates_failed(verdicts: tuple[Verdict, ...]) -> bool:
+    return Judge(Policy(TOLERANCES), None, Expectations()).only_time_failed(verdicts)
+
+
 def test_a_slow_init_is_cleared_by_a_quiet_process_of_any_confirmation(
     host_measurement: Measurement,
 ) -> None:
@@ -149,23 +151,19 @@ def test_a_slow_init_is_cleared_by_a_quiet_process_of_any_confirmation(
     first fresh one, quiet in the second — the fresh measurements' init is the fastest of all so
     far, so the quiet process clears it; a regression (every process 20 % slower) fails all three
     confirmations."""
-    from pytest_sme2.judge.decision import CONFIRMATIONS, judge_confirmed
-    from pytest_sme2.measure.case import fastest_init
-
     own = from_measurement(host_measurement, TOLERANCES)
+    judge_own = Judge(Policy(TOLERANCES), own, Expectations())
     burst, quiet = scaled(host_measurement, init=1.25), host_measurement
 
     def confirmations(*fresh: Measurement):
         queue = list(fresh)
         return lambda: (queue.pop(0), "after a pause")
 
-    first = judge_confirmed(burst, own, Expectations(), TOLERANCES, confirmations(burst, quiet))
+    first = judge_confirmed(burst, judge_own, confirmations(burst, quiet))
     assert first.remeasured_after and "method init" in first.remeasured_after
     assert [v.status for v in verdicts_of(first.verdicts, "init-time")] == [Status.PASS]
     regressed = scaled(host_measurement, init=1.2)
-    stays = judge_confirmed(
-        regressed, own, Expectations(), TOLERANCES, confirmations(*[regressed] * CONFIRMATIONS)
-    )
+    stays = judge_confirmed(regressed, judge_own, confirmations(*[regressed] * CONFIRMATIONS))
     assert [v.status for v in verdicts_of(stays.verdicts, "init-time")] == [Status.FAIL]
     # fastest_init takes the fastest process of all, variant by variant, and nothing else
     pooled = fastest_init(burst, quiet)
@@ -236,8 +234,9 @@ def test_an_older_time_record_is_judged_without_load_and_filled_on_update(
     stored = load(path)
     assert stored is not None
     (times,) = stored.machines.values()
-    load_ms = times.variants["sme2-off"].method_init_ms
-    assert load_ms is not None and times.variants["sme2-off"].peak_rss_bytes
+    figures = times.variants["sme2-off"].figures
+    load_ms = figures["method_init_ms"]
+    assert load_ms is not None and figures["runner_peak_rss_bytes"]
 
     within = from_measurement(scaled(host_measurement, init=1.1), TOLERANCES)
     kept, changes = merge(stored, within, TOLERANCES)
@@ -246,7 +245,8 @@ def test_an_older_time_record_is_judged_without_load_and_filled_on_update(
     moved, changes = merge(stored, beyond, TOLERANCES)
     (record,) = moved.machines.values()
     assert [line for line in changes if "method init" in line]
-    assert record.variants["sme2-off"].method_init_ms == pytest.approx(load_ms * 1.2, rel=1e-3)
+    method_init_ms = record.variants["sme2-off"].figures["method_init_ms"]
+    assert method_init_ms == pytest.approx(load_ms * 1.2, rel=1e-3)
 
 
 def test_a_time_record_holding_the_sessions_peak_memory_is_not_judged_by_it_and_update_replaces_it(
@@ -279,59 +279,38 @@ def test_a_time_record_holding_the_sessions_peak_memory_is_not_judged_by_it_and_
     assert own == host_measurement.variants[Variant.OFF].load.peak_rss_bytes < 100 << 20
 
 
-#: Five 2048² linears (80 MiB of fp32 weights), then six: 20 % more weights, the same activations.
-HEAVY = """
-import torch
-from torch import nn
+def heavy(layers: int) -> ModelSpec:
+    """``layers`` 2048² linears (16 MiB of fp32 weights each), the same activations whatever
+    their number."""
+    import torch
+    from torch import nn
 
-from pytest_sme2 import register_model
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(*(nn.Linear(2048, 2048) for _ in range(layers))).eval()
 
+    def inputs(seed: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(1, 2048, generator=torch.Generator().manual_seed(seed)),)
 
-def heavy_inputs(seed):
-    return (torch.randn(1, 2048, generator=torch.Generator().manual_seed(seed)),)
-
-
-@register_model("heavy", inputs=heavy_inputs, dtypes=("fp32",))
-def heavy():
-    torch.manual_seed(0)
-    return nn.Sequential(*(nn.Linear(2048, 2048) for _ in range({layers}))).eval()
-"""
+    return ModelSpec("heavy", build, inputs, f"{layers} 2048² linears", ("fp32",))
 
 
-def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_peak_memory_gate_fails_a_model_whose_weights_grow_by_a_fifth(tmp_path: Path) -> None:
     """Recorded at five layers, judged at six: the runner's own peak resident memory (the packed
     weights live there) rises beyond the default 10 % tolerance and fails the case, while the
-    time gates are opened wide so that only memory can fail it."""
-    from pytest_sme2.cache import cache_root
+    time gates are opened wide so that only memory (and the sixth layer's structure) can."""
+    five = measure_on_host(host_device(), heavy(5), tmp_path / "five")
+    (recorded,) = {vm.load.peak_rss_bytes for vm in five.variants.values() if vm.load}
+    assert recorded and 100 << 20 < recorded < 400 << 20  # the weights and their packed copy
+    wide = Tolerances(latency_percent=400, speedup_percent=400, init_time_percent=400)
+    stored = from_measurement(five, wide)
 
-    monkeypatch.setenv("SME2_CACHE_DIR", str(cache_root()))
-    pytester.makepyfile(test_heavy=INNER_TEST)
-    args = (
-        "-p",
-        "no:cacheprovider",
-        "--sme2-runs=4",
-        "--sme2-rounds=2",
-        "--sme2-traced-runs=1",
-        "--sme2-latency-tolerance=400",
-        "--sme2-init-time-tolerance=400",
+    six = measure_on_host(host_device(), heavy(6), tmp_path / "six")
+    verdicts = Judge(Policy(wide), stored, Expectations())(six)
+    failed = {v.gate: v for v in verdicts if v.status is Status.FAIL}
+    assert set(failed) == {"peak-memory[sme2-off]", "structure[sme2-off]"}, failed
+    assert re.fullmatch(
+        r"peak resident memory of heavy\[fp32\] on host \(sme2-off\) rose [\d.,]+ → [\d.,]+ "
+        r"MiB \(\+1\d\.\d%\), beyond the 10% tolerance of this machine class's record",
+        failed["peak-memory[sme2-off]"].message,
     )
-    pytester.makeconftest(HEAVY.format(layers=5))
-    pytester.runpytest_subprocess(*args, "--sme2-update-baselines").assert_outcomes(passed=1)
-    (baseline,) = (pytester.path / "baselines/host").iterdir()
-    (record,) = json.loads(baseline.read_text())["machines"].values()
-    recorded = record["variants"]["sme2-off"]["runner_peak_rss_bytes"]
-    assert 100 << 20 < recorded < 400 << 20  # the weights and their packed copy, little else
-
-    pytester.makeconftest(HEAVY.format(layers=6))
-    result = pytester.runpytest_subprocess(*args)
-    result.assert_outcomes(failed=1)
-    result.stdout.re_match_lines(
-        [
-            r".*peak resident memory of heavy\[fp32\] on host \(sme2-off\) rose [\d.,]+ → [\d.,]+ "
-            r"MiB \(\+1\d\.\d%\), beyond the 10% tolerance.*"
-        ]
-    )
-    failures = [line for line in result.stdout.lines if " rose " in line or "moved" in line]
-    assert all("peak resident memory" in line for line in failures), failures

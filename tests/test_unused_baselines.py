@@ -5,15 +5,14 @@ and left alone by a session that runs a subset of the cases, which cannot know."
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 from pytest_sme2.cache import cache_root
-from pytest_sme2.judge.unused_baselines import UnusedBaselines, unused_baselines
-from tests.test_plugin import CONFTEST, make_suite, run
+from pytest_sme2.judge.unused_baselines import UnusedBaselines, settle_unused, unused_baselines
+from tests.test_plugin import CONFTEST, run
 
 pytest_plugins = ["pytester"]
 
@@ -39,6 +38,24 @@ def test_only_this_sessions_thread_counts_and_unused_files_are_found(tmp_path):
     assert unused_baselines([host], used, (1, 2)) == (host / "a-fp32-t2.json", host / "b-fp32.json")
 
 
+def test_unused_baselines_are_removed_only_by_an_update_that_named_no_test_file(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    unused, used = host / "gone-fp32.json", host / "kept-fp32.json"
+
+    def settle(**how: bool) -> UnusedBaselines:
+        for path in (unused, used):
+            path.write_text("{}")
+        return settle_unused([host], {used}, (1,), **how)
+
+    assert settle(update=False, named=False) == UnusedBaselines((unused,), removed=False)
+    assert unused.exists()
+    assert settle(update=True, named=True) == UnusedBaselines((unused,), False, withheld=True)
+    assert unused.exists()
+    assert settle(update=True, named=False) == UnusedBaselines((unused,), removed=True)
+    assert not unused.exists() and used.exists()
+
+
 def test_what_two_workers_found_is_one_finding():
     one = UnusedBaselines((Path("/b/host/x.json"),), removed=True)
     other = UnusedBaselines((Path("/b/host/y.json"), Path("/b/host/x.json")), removed=True)
@@ -54,25 +71,25 @@ def test_what_two_workers_found_is_one_finding():
 def test_a_removed_models_baseline_is_listed_then_removed_by_a_whole_suite_update(
     pytester, monkeypatch
 ):
+    """Sessions over the suite's cases (a test that measures nothing): listed by a session over
+    the whole suite, kept by one over a subset and by one that named its test file, removed by an
+    update over the whole suite — on two xdist workers, each of which finds it."""
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    make_suite(pytester)
-    recorded = run(pytester, "--sme2-update-baselines")
-    recorded.assert_outcomes(passed=2)
-    assert "unused baselines" not in recorded.stdout.str()
-    host = pytester.path / "baselines" / "host"
-    gone, kept = host / "plug_b-fp32.json", host / "plug_a-fp32.json"
-    two_threads = host / "plug_a-fp32-t2.json"  # another session's (--sme2-threads=2)
-    shutil.copy(kept, two_threads)
-    # plug_b is no longer registered
+    # plug_b is no longer registered; its baseline and plug_a's are on disk
     pytester.makeconftest(CONFTEST.format(size=48).split('@register_model("plug_b"')[0])
     pytester.makepyfile(test_suite=CASES_ONLY)
+    host = pytester.path / "baselines" / "host"
+    host.mkdir(parents=True)
+    gone, kept = host / "plug_b-fp32.json", host / "plug_a-fp32.json"
+    two_threads = host / "plug_a-fp32-t2.json"  # another session's (--sme2-threads=2)
+    for path in (gone, kept, two_threads):
+        path.write_text("{}")  # the cases only ask for their path
 
-    for xdist in ((), ("-n", "2")):
-        listed = run(pytester, *xdist)
-        listed.assert_outcomes(passed=1)
-        listed.stdout.fnmatch_lines(["*pytest-sme2 unused baselines*", LISTED, "    */plug_b-*"])
-        assert "plug_a-fp32" not in listed.stdout.str()
-        assert gone.exists()
+    listed = run(pytester)
+    listed.assert_outcomes(passed=1)
+    listed.stdout.fnmatch_lines(["*pytest-sme2 unused baselines*", LISTED, "    */plug_b-*"])
+    assert "plug_a-fp32" not in listed.stdout.str()
+    assert gone.exists()
 
     subset = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines")
     subset.assert_outcomes(passed=1)
@@ -92,7 +109,6 @@ def test_a_removed_models_baseline_is_listed_then_removed_by_a_whole_suite_updat
         ["*pytest-sme2 unused baselines*", "unused baselines removed *", "    */plug_b-fp32.json"]
     )
     assert not gone.exists() and kept.exists() and two_threads.exists()
-    assert "unused baselines" not in run(pytester).stdout.str()
 
 
 @pytest.mark.skipif(

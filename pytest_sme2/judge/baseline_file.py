@@ -1,17 +1,21 @@
 """Baseline files: read (validated against the schema first), written (atomically, only what
 would read back), and an invalid one set aside under ``--sme2-update-baselines``.
 
-Apart from :mod:`pytest_sme2.judge.baseline` because a file's problems (unreadable, not JSON,
-outside the schema, of a newer schema) are where a user's hand edit meets the gates, and each must
-end in one line naming the file, never in a traceback or a gate switched off.
+Each spec writes and reads its own keys (:mod:`pytest_sme2.judge.quantities`), and the schema is
+``baseline_schema.json``'s frame with each spec's fragment added; what a file did not hold stays
+absent, so a file read and written again is the same file (its ``written_by`` aside). A file's
+problems (unreadable, not JSON, outside the schema, of a newer schema) are where a user's hand
+edit meets the gates, and each must end in one line naming the file, never in a traceback or a
+gate switched off.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
@@ -22,25 +26,27 @@ import jsonschema
 
 from pytest_sme2.cache import write_atomic
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.judge.baseline import (
+from pytest_sme2.judge.baseline_model import (
     Baseline,
-    Calibration,
-    LatencyBaseline,
-    SpeedupBaseline,
+    Figures,
     TimeRecord,
-    Tolerances,
     VariantBaseline,
     VariantTimes,
 )
+from pytest_sme2.judge.quantities import (
+    BUILTIN,
+    RECORD_PARTS,
+    TIME_PARTS,
+    VARIANT_PARTS,
+    Quantities,
+)
+from pytest_sme2.judge.scalar import Place, ScalarSpec
 from pytest_sme2.validation import key_path, problem, validator
 
 SCHEMA_VERSION = 2
-#: The JSON Schema every baseline is validated against when read, and before it is written.
+#: The frame of the JSON Schema every baseline is validated against when read, and before it is
+#: written (:func:`schema`).
 SCHEMA_FILE = "baseline_schema.json"
-#: The time record's key for the runner's own peak resident memory. Records written before it
-#: hold ``peak_rss_bytes``, the pytest session's high-water mark (``ru_maxrss`` crosses exec): read
-#: as no figure at all, so the gate says "not judged … --sme2-update-baselines records it".
-OWN_PEAK_RSS = "runner_peak_rss_bytes"
 #: What an invalid baseline's line advises.
 REGENERATE = "regenerate it with --sme2-update-baselines (which sets the invalid file aside)"
 
@@ -48,22 +54,38 @@ REGENERATE = "regenerate it with --sme2-update-baselines (which sets the invalid
 def to_json(b: Baseline) -> str:
     """The file's text; ``written_by`` names the pytest-sme2 that wrote it, so that a later one
     that meets a newer schema can say which version reads it."""
-    doc = {"schema_version": SCHEMA_VERSION, "written_by": package_version(), **asdict(b)}
-    for variant in doc["variants"].values():
-        if not variant["operator_sme2_kernels"]:  # baselines without them keep their bytes
-            del variant["operator_sme2_kernels"]
-        for key in ("init_instructions", "planned_bytes"):  # nor do those made without these
-            if variant[key] is None:
-                del variant[key]
-    for record in doc["machines"].values():
-        if record["calibration"] is None:  # uncalibrated records keep the shape they always had
-            del record["calibration"]
-        for times in record["variants"].values():  # as do those of a runner without load figures
-            times[OWN_PEAK_RSS] = times.pop("peak_rss_bytes")
-            for key in ("program_load_ms", "method_init_ms", OWN_PEAK_RSS):
-                if times[key] is None:
-                    del times[key]
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "written_by": package_version(),
+        "model": b.model,
+        "dtype": b.dtype,
+        "device": b.device,
+        "threads": b.threads,
+        "tolerances": dict(b.tolerances),
+        "variants": {name: _written(VARIANT_PARTS, v) for name, v in b.variants.items()},
+        "machines": {class_id: _record_json(r) for class_id, r in b.machines.items()},
+        **b.figures,
+    }
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _written(parts: Iterable[Any], part: VariantBaseline | VariantTimes) -> dict[str, Any]:
+    """A variant's portable part or times as the file holds them: each spec's keys."""
+    doc: dict[str, Any] = {}
+    for spec in parts:
+        doc.update(spec.to_json(part))
+    return {**doc, **part.figures}
+
+
+def _record_json(record: TimeRecord) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "machine_class": dict(record.machine_class),
+        "notes": dict(record.notes),
+        "variants": {name: _written(TIME_PARTS, t) for name, t in record.variants.items()},
+    }
+    for spec in RECORD_PARTS:
+        doc.update(spec.to_json(record))
+    return doc
 
 
 @functools.cache
@@ -90,21 +112,38 @@ class NewerBaseline(ConfigError):
     (overwriting it would throw away what a newer pytest-sme2 recorded)."""
 
 
+def schema(quantities: Quantities = BUILTIN) -> dict[str, Any]:
+    """The JSON Schema of a baseline: ``baseline_schema.json``'s frame, each spec's keys added
+    where the baseline keeps them."""
+    frame = json.loads(resources.files("pytest_sme2.judge").joinpath(SCHEMA_FILE).read_text())
+    doc = copy.deepcopy(frame)
+    defs = doc["$defs"]
+    _add(doc, quantities.at(Place.CASE))
+    _add(defs["portable_variant"], (*VARIANT_PARTS, *quantities.at(Place.VARIANT)))
+    _add(defs["variant_times"], (*TIME_PARTS, *quantities.at(Place.TIME)))
+    _add(defs["time_record"], RECORD_PARTS)
+    return doc
+
+
+def _add(target: dict[str, Any], specs: Iterable[Any]) -> None:
+    for spec in specs:
+        target["properties"].update(spec.schema)
+        target["required"] = [*target["required"], *getattr(spec, "required", ())]
+
+
 @functools.cache
-def _validator() -> jsonschema.protocols.Validator:
-    """The validator of ``baseline_schema.json`` (the package's copy), built once."""
-    return validator(
-        json.loads(resources.files("pytest_sme2.judge").joinpath(SCHEMA_FILE).read_text())
-    )
+def _validator(quantities: Quantities) -> jsonschema.protocols.Validator:
+    """The validator of :func:`schema`, built once per set of quantities."""
+    return validator(schema(quantities))
 
 
-def schema_problem(doc: Any) -> str | None:
+def schema_problem(doc: Any, quantities: Quantities = BUILTIN) -> str | None:
     """The one violation of the schema to tell a user (key path, value and rule), else None."""
-    found = problem(_validator(), doc)
+    found = problem(_validator(quantities), doc)
     return None if found is None else f"{key_path(found[0])}: {found[1]}"
 
 
-def load(path: Path) -> Baseline | None:
+def load(path: Path, quantities: Quantities = BUILTIN) -> Baseline | None:
     """The baseline at ``path``, None if there is none.
 
     A file that cannot be used is :class:`InvalidBaseline` (one line: the file, the key path, the
@@ -147,67 +186,52 @@ def load(path: Path) -> Baseline | None:
             raise InvalidBaseline(
                 path, f"baseline schema {version}, this pytest-sme2 reads {SCHEMA_VERSION}"
             )
-    problem = schema_problem(doc)
+    problem = schema_problem(doc, quantities)
     if problem is not None:
         raise InvalidBaseline(path, f"not a valid baseline: {problem}")
-    return _from_doc(doc)
+    return _from_doc(doc, quantities)
 
 
-def _from_doc(doc: Mapping[str, Any]) -> Baseline:
+def _from_doc(doc: Mapping[str, Any], quantities: Quantities) -> Baseline:
     """The Baseline of a document the schema accepted (so every key it reads is there)."""
+    variant_figures, time_figures = quantities.at(Place.VARIANT), quantities.at(Place.TIME)
     return Baseline(
         model=doc["model"],
         dtype=doc["dtype"],
         device=doc["device"],
         threads=doc["threads"],
         variants={
-            name: VariantBaseline(
-                operators=dict(v["operators"]),
-                packed_operators=tuple(v["packed_operators"]),
-                instructions=v.get("instructions"),
-                sme2_kernels=tuple(v.get("sme2_kernels", ())),
-                operator_instructions=dict(v.get("operator_instructions", {})),
-                instruction_shares=dict(v.get("instruction_shares", {})),
-                operator_sme2_kernels={
-                    kind: tuple(names) for kind, names in v.get("operator_sme2_kernels", {}).items()
-                },
-                init_instructions=v.get("init_instructions"),
-                planned_bytes=v.get("planned_bytes"),
-            )
+            name: VariantBaseline(**_read(VARIANT_PARTS, v), figures=_figures(variant_figures, v))
             for name, v in doc["variants"].items()
         },
-        instruction_ratio=doc.get("instruction_ratio"),
-        machines={class_id: _record(record) for class_id, record in doc["machines"].items()},
-        tolerances=Tolerances(**doc["tolerances"]),
+        machines={
+            class_id: TimeRecord(
+                machine_class=dict(record["machine_class"]),
+                notes=dict(record.get("notes", {})),
+                variants={
+                    name: VariantTimes(**_read(TIME_PARTS, t), figures=_figures(time_figures, t))
+                    for name, t in record["variants"].items()
+                },
+                **_read(RECORD_PARTS, record),
+            )
+            for class_id, record in doc["machines"].items()
+        },
+        tolerances=dict(doc["tolerances"]),
+        figures=_figures(quantities.at(Place.CASE), doc),
     )
 
 
-def _record(doc: Mapping[str, Any]) -> TimeRecord:
-    variants = {}
-    for name, v in doc["variants"].items():
-        lat = v["latency"]
-        variants[name] = VariantTimes(
-            latency=LatencyBaseline(
-                **{
-                    **lat,
-                    "samples_ms": tuple(lat["samples_ms"]),
-                    "reference_samples_ms": tuple(lat.get("reference_samples_ms", ())),
-                }
-            ),
-            shares=dict(v["shares"]),
-            program_load_ms=v.get("program_load_ms"),
-            method_init_ms=v.get("method_init_ms"),
-            peak_rss_bytes=v.get(OWN_PEAK_RSS),  # an old "peak_rss_bytes" was the session's
-        )
-    speedup = doc.get("speedup")
-    calibration = doc.get("calibration")
-    return TimeRecord(
-        machine_class=dict(doc["machine_class"]),
-        notes=dict(doc.get("notes", {})),
-        variants=variants,
-        speedup=SpeedupBaseline(**speedup) if speedup else None,
-        calibration=Calibration(**calibration) if calibration else None,
-    )
+def _read(parts: Iterable[Any], doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of the compound ``parts``, each read by its spec."""
+    fields: dict[str, Any] = {}
+    for part in parts:
+        fields.update(part.from_json(doc))
+    return fields
+
+
+def _figures(specs: Iterable[ScalarSpec], doc: Mapping[str, Any]) -> Figures:
+    """The scalar quantities ``specs`` the document holds, under their keys."""
+    return {spec.key: doc[spec.key] for spec in specs if spec.key in doc}
 
 
 @dataclass(frozen=True)
@@ -219,7 +243,7 @@ class Stored:
     set_aside: str | None = None
 
 
-def read(path: Path, *, update: bool) -> Stored:
+def read(path: Path, *, update: bool, quantities: Quantities = BUILTIN) -> Stored:
     """:func:`load`, and under ``update`` an invalid file set aside so a fresh one is written.
 
     Set aside when read, before the case is measured, rather than when the fresh one is saved: a
@@ -227,7 +251,7 @@ def read(path: Path, *, update: bool) -> Stored:
     session starts afresh instead of tripping over it again. A newer schema is never set aside.
     """
     try:
-        return Stored(load(path))
+        return Stored(load(path, quantities))
     except InvalidBaseline as err:
         if not update:
             raise
@@ -251,13 +275,13 @@ def _utc_stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-def save(path: Path, b: Baseline) -> None:
+def save(path: Path, b: Baseline, quantities: Quantities = BUILTIN) -> None:
     """Write atomically: an interrupted run never leaves a half-written baseline, and one that
     cannot be written (a read-only directory, a full disk) leaves the stored file as it was and
     fails with one line naming the path. What would not be read back (a value outside the
     schema) is never written."""
     text = to_json(b)
-    problem = schema_problem(json.loads(text))
+    problem = schema_problem(json.loads(text), quantities)
     if problem is not None:
         raise ConfigError(f"{path}: not writing a baseline that would not validate: {problem}")
     try:

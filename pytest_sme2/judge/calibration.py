@@ -24,15 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_sme2.errors import ConfigError
-from pytest_sme2.judge.baseline import (
-    LATENCY_STATISTIC,
-    Baseline,
-    Calibration,
-    Tolerances,
-    from_measurement,
-    latency_baseline,
-    stable,
-)
+from pytest_sme2.judge.baseline import from_measurement
+from pytest_sme2.judge.baseline_model import LATENCY_STATISTIC, Baseline, Calibration
+from pytest_sme2.judge.latency import latency_baseline
+from pytest_sme2.judge.moves import stable
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.records.device import DeviceInfo
 from pytest_sme2.records.measurement import Measurement
 
@@ -95,11 +91,10 @@ def noise_percent(measurements: Sequence[Measurement]) -> float:
 def calibrate(
     measurements: Sequence[Measurement],
     stored: Baseline | None,
-    tol: Tolerances,
+    policy: Policy,
     *,
     path: Path,
     when: str,
-    judge_disturbed: bool = False,
 ) -> CalibrationResult:
     """The calibration of one case from ``measurements`` (N ≥ 2, unchanged, one machine class),
     set into the stored baseline at ``path``.
@@ -108,8 +103,8 @@ def calibrate(
     stored, byte for byte; a class with no time record yet gets the first measurement's times.
     A case with no baseline at all is refused: what is calibrated is a gate against a baseline.
     Measurements whose runs lost the CPU to other work (:mod:`pytest_sme2.measure.cpu_load`) are
-    left out, unless ``judge_disturbed``: their noise is the neighbour's, and a tolerance made of it
-    would let a regression through on every quiet day after.
+    left out, unless ``--sme2-judge-disturbed``: their noise is the neighbour's, and a tolerance
+    made of it would let a regression through on every quiet day after.
     """
     if len(measurements) < 2:
         raise ConfigError("--sme2-calibrate needs at least 2 measurements of each case")
@@ -121,7 +116,8 @@ def calibrate(
             "--sme2-update-baselines), then calibrate"
         )
     disturbed = [m.disturbance.reason for m in measurements if m.disturbance is not None]
-    if not judge_disturbed:
+    tol = policy.tolerances
+    if not policy.judge_disturbed:
         calm = [m for m in measurements if m.disturbance is None or m.disturbance.reason is None]
         if len(calm) < 2:
             reason = next(r for r in disturbed if r is not None)
@@ -140,7 +136,9 @@ def calibrate(
         when=when,
     )
     class_id = first.device.class_id
-    record = stored.record_for(first.device) or from_measurement(first, tol).machines[class_id]
+    record = stored.record_for(first.device)
+    if record is None:
+        record = from_measurement(first, tol, policy.quantities).machines[class_id]
     record = replace(record, calibration=calibration)
     baseline = replace(stored, machines={**stored.machines, class_id: record})
     sees = calibration.detectable_percent(record.latency_percent(tol))

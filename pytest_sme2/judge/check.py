@@ -18,30 +18,15 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from pytest_sme2.judge.baseline import Tolerances
 from pytest_sme2.judge.baseline_file import Stored, save
 from pytest_sme2.judge.benchmark_entries import add_benchmarks
-from pytest_sme2.judge.decision import decide
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.history import HistoryLog, HistoryRecord
+from pytest_sme2.judge.lifecycle import decide
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.records.device import DeviceInfo
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Verdict
-
-
-@dataclass(frozen=True)
-class Policy:
-    """How this session judges: the ``--sme2-*`` options judging reads (``Settings.policy``)."""
-
-    tolerances: Tolerances
-    #: ``--sme2-update-baselines``
-    update: bool
-    #: ``--sme2-strict``: a skipped gate fails
-    strict: bool
-    #: ``--sme2-judge-disturbed``
-    judge_disturbed: bool
-    #: ``--sme2-calibrate``: measurements per case, 0 when not calibrating
-    calibrate_runs: int
 
 
 class NotJudged(Exception):
@@ -103,20 +88,11 @@ class CaseCheck:
         """
         if self.policy.calibrate_runs:
             return self._calibrate(m)
-        decision = decide(
-            m,
-            self.stored.baseline,
-            self.expectations(),
-            self.policy.tolerances,
-            path=self.path,
-            update=self.policy.update,
-            strict=self.policy.strict,
-            judge_disturbed=self.policy.judge_disturbed,
-            remeasure=partial(self._remeasure, m.device),
-            set_aside=self.stored.set_aside,
-        )
+        policy = self.policy
+        remeasure = partial(self._remeasure, m.device)
+        decision = decide(m, self.stored, self.path, self.expectations(), policy, remeasure)
         if decision.baseline is not None:
-            save(self.path, decision.baseline)
+            save(self.path, decision.baseline, policy.quantities)
         properties = [("sme2 baseline change", change) for change in decision.changes]
         if decision.remeasured_after is not None:
             properties.insert(0, ("sme2 re-measured after", decision.remeasured_after))
@@ -157,13 +133,9 @@ class CaseCheck:
             raise NotJudged(reason)
         runs = self.policy.calibrate_runs
         measurements = [m, *(self.measure(f"calibrate-{i}") for i in range(1, runs))]
+        when = datetime.now(UTC).isoformat(timespec="seconds")
         result = calibrate(
-            measurements,
-            self.stored.baseline,
-            self.policy.tolerances,
-            path=self.path,
-            when=datetime.now(UTC).isoformat(timespec="seconds"),
-            judge_disturbed=self.policy.judge_disturbed,
+            measurements, self.stored.baseline, self.policy, path=self.path, when=when
         )
-        save(self.path, result.baseline)
+        save(self.path, result.baseline, self.policy.quantities)
         return Checked((), None, (result.summary,), (("sme2 calibration", result.summary),))

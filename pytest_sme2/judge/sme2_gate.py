@@ -9,13 +9,13 @@ from collections.abc import Mapping
 
 from pytest_sme2.analysis.kernels import layers_without_sme2
 from pytest_sme2.analysis.ops import parse_op_name
-from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gate import Judging
 from pytest_sme2.judge.wording import case_name
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Status, Verdict
 
-#: The gate :func:`sme2_kernels` gives its verdict as.
+#: The gate :class:`Sme2Kernels` gives its verdict as.
 SME2_GATE = "sme2-kernels"
 
 #: The packed operand type XNNPACK names an operator with when SME kernels run it, per dtype.
@@ -23,8 +23,8 @@ SME2_GATE = "sme2-kernels"
 PACKED_TYPE: Mapping[str, str] = {"fp32": "PF32", "fp16": "PF16", "int8": "PQS8"}
 
 
-def sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
-    """Did SME2 run with SME2 on, and nothing SME with it off?
+class Sme2Kernels:
+    """``require_sme2_kernels``: did SME2 run with SME2 on, and nothing SME with it off?
 
     Two proofs, each required where it exists: operator names packed for the dtype (``PF32``,
     ``PF16``, ``PQS8``) in the SME2-on trace, and, where the device shows them (qemu's exec log,
@@ -34,30 +34,32 @@ def sme2_kernels(m: Measurement, exp: Expectations) -> list[Verdict]:
     layers must also have run one (:func:`pytest_sme2.analysis.kernels.layers_without_sme2`): an
     SME2 kernel in an fp32 layer must not pass a case whose 8da4w layers all ran NEON.
     """
-    if not exp.require_sme2_kernels:
-        return []
-    if not m.device.has_sme2 or Variant.ON not in m.variants:
-        return [
-            Verdict(
-                SME2_GATE, Status.SKIP, m.device.limits.get("sme2", f"{m.device.name} has no SME2")
-            )
-        ]
-    proofs = []
-    for found in (_sme_leaked(m), _named_proof(m), _kernel_proof(m)):
-        if isinstance(found, Verdict):
-            return [found]
-        if found is not None:
-            proofs.append(found)
-    if not proofs:
-        return [
-            Verdict(
-                SME2_GATE,
-                Status.SKIP,
-                f"operator names cannot prove SME2 for {m.dtype} (its QP8 GEMMs are named "
-                f"alike on NEON) and {m.device.name} shows no executed kernels",
-            )
-        ]
-    return [Verdict(SME2_GATE, Status.PASS, "; ".join(proofs))]
+
+    name = SME2_GATE
+
+    def check(self, judging: Judging) -> list[Verdict]:
+        m = judging.measurement
+        if not judging.expectations.require_sme2_kernels:
+            return []
+        if not m.device.has_sme2 or Variant.ON not in m.variants:
+            reason = m.device.limits.get("sme2", f"{m.device.name} has no SME2")
+            return [Verdict(SME2_GATE, Status.SKIP, reason)]
+        proofs = []
+        for found in (_sme_leaked(m), _named_proof(m), _kernel_proof(m)):
+            if isinstance(found, Verdict):
+                return [found]
+            if found is not None:
+                proofs.append(found)
+        if not proofs:
+            return [
+                Verdict(
+                    SME2_GATE,
+                    Status.SKIP,
+                    f"operator names cannot prove SME2 for {m.dtype} (its QP8 GEMMs are named "
+                    f"alike on NEON) and {m.device.name} shows no executed kernels",
+                )
+            ]
+        return [Verdict(SME2_GATE, Status.PASS, "; ".join(proofs))]
 
 
 def _sme_leaked(m: Measurement) -> Verdict | None:
@@ -125,3 +127,6 @@ def _kernel_proof(m: Measurement) -> str | Verdict | None:
             f"({evidence.source}){only_sme1}",
         )
     return f"SME2 kernels executed ({evidence.source}): {', '.join(evidence.sme2_kernels)}"
+
+
+SME2_KERNELS = Sme2Kernels()

@@ -7,7 +7,7 @@ test, and the 1-thread case is another test, maybe on another xdist worker and m
 on a shared machine whose speed moves by more than the gain being judged. Interleaved in the same
 rounds, the two thread counts see the same machine, and their ratio is the model's. Only where a
 floor is set: the 1-thread runs double the case's timing. It is a time gate
-(``time_gates.TIME_GATES``): a failure is confirmed by fresh measurements spread in time, and a
+(``wall_clock``): a failure is confirmed by fresh measurements spread in time, and a
 measurement whose runs lost the CPU is not judged (a busy machine takes a core from the pool
 first) — never a false red.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_sme2.analysis.scaling import thread_gain
-from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.gate import Judging
 from pytest_sme2.judge.wording import case_name
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
@@ -35,30 +35,36 @@ THREAD_GAIN = "thread-gain"
 EMULATED_THREADS = "emulated-threads"
 #: What the report and the verdicts say of a figure a thread pool under emulation makes.
 NOT_JUDGED = "not judged: emulated threads"
-#: The gates that judge counted instructions (``gates``, ``load_gates``).
-COUNT_GATES = ("instructions[", "instruction-ratio", "instruction-shares[", "init-instructions[")
 
 
-def thread_gain_gates(m: Measurement, exp: Expectations) -> list[Verdict]:
+class ThreadGain:
     """Each variant's gain from 1 to ``m.threads`` threads against the marker's floor for that
-    count; [] where it sets none."""
-    floor = exp.thread_gain_floor(m.threads)
-    if floor is None:
-        return []
-    if not m.device.time_meaningful:
-        reason = f"thread gain of {case_name(m)} {NOT_JUDGED} ({m.device.name}'s time is no signal)"
-        return [Verdict(THREAD_GAIN, Status.SKIP, reason)]
-    if not m.one_thread_ms:
-        reason = (
-            f"thread gain of {case_name(m)} not judged: no 1-thread runs were timed with it "
-            "(a measurement taken outside sme2_measure)"
-        )
-        return [Verdict(THREAD_GAIN, Status.SKIP, reason)]
-    return [
-        _gain_verdict(m, variant, floor, one, m.variants[variant].latencies_ms)
-        for variant, one in m.one_thread_ms.items()
-        if variant in m.variants
-    ]
+    count (``min_thread_gain``); nothing where it sets none."""
+
+    name = THREAD_GAIN
+    wall_clock = True
+
+    def check(self, judging: Judging) -> list[Verdict]:
+        m = judging.measurement
+        floor = judging.expectations.thread_gain_floor(m.threads)
+        if floor is None:
+            return []
+        if not m.device.time_meaningful:
+            reason = (
+                f"thread gain of {case_name(m)} {NOT_JUDGED} ({m.device.name}'s time is no signal)"
+            )
+            return [Verdict(THREAD_GAIN, Status.SKIP, reason)]
+        if not m.one_thread_ms:
+            reason = (
+                f"thread gain of {case_name(m)} not judged: no 1-thread runs were timed with it "
+                "(a measurement taken outside sme2_measure)"
+            )
+            return [Verdict(THREAD_GAIN, Status.SKIP, reason)]
+        return [
+            _gain_verdict(m, variant, floor, one, m.variants[variant].latencies_ms)
+            for variant, one in m.one_thread_ms.items()
+            if variant in m.variants
+        ]
 
 
 def _gain_verdict(
@@ -80,10 +86,13 @@ def _gain_verdict(
     return Verdict(gate, Status.PASS, message, (numbers,))
 
 
-def without_emulated_counts(m: Measurement, verdicts: list[Verdict]) -> list[Verdict]:
-    """``verdicts`` without the instruction gates where ``m`` is a multi-threaded emulated case
-    (:attr:`Measurement.emulated_threads`), and one skip saying why in their place."""
-    counted = [v for v in verdicts if v.gate.startswith(COUNT_GATES)]
+def without_emulated_counts(
+    m: Measurement, verdicts: list[Verdict], count_gates: tuple[str, ...]
+) -> list[Verdict]:
+    """``verdicts`` without the instruction gates' (those ``count_gates`` begin) where ``m`` is a
+    multi-threaded emulated case (:attr:`Measurement.emulated_threads`), and one skip saying why
+    in their place."""
+    counted = [v for v in verdicts if v.gate.startswith(count_gates)]
     if not m.emulated_threads or not counted:
         return verdicts
     skip = Verdict(
@@ -94,3 +103,6 @@ def without_emulated_counts(m: Measurement, verdicts: list[Verdict]) -> list[Ver
         (f"not judged: {', '.join(dict.fromkeys(v.gate.split('[')[0] for v in counted))}",),
     )
     return [v for v in verdicts if v not in counted] + [skip]
+
+
+THREAD_GAIN_GATE = ThreadGain()

@@ -33,6 +33,26 @@ def unused_baselines(
     return tuple(found)
 
 
+def settle_unused(
+    directories: Iterable[Path],
+    used: Collection[Path],
+    threads: Collection[int],
+    *,
+    update: bool,
+    named: bool,
+) -> UnusedBaselines:
+    """The last step of the baseline lifecycle (:mod:`pytest_sme2.judge.lifecycle`), at the end of
+    a session over every case of the suite: the unused baselines found, and removed where
+    ``update`` (``--sme2-update-baselines``, not under ``--collect-only``, not interrupted) —
+    unless the session ``named`` its test files, when a model registered in a module it did not
+    collect would look unused."""
+    paths = unused_baselines(directories, used, threads)
+    remove = update and not named
+    for path in paths if remove else ():
+        path.unlink(missing_ok=True)  # xdist's workers each remove: the first one does
+    return UnusedBaselines(paths, remove, withheld=update and named)
+
+
 @dataclass(frozen=True)
 class UnusedBaselines:
     """The unused baselines a session found, and whether it removed them."""

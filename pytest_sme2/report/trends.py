@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_sme2.judge.history import HistoryRecord, commit_ranks, read_history
-from pytest_sme2.records.measurement import MIB, LoadMeasurement, Measurement, VariantMeasurement
+from pytest_sme2.records.measurement import Measurement, VariantMeasurement
 
 if TYPE_CHECKING:
     from pytest_sme2.analysis.profile import Profile
-    from pytest_sme2.judge.baseline import Tolerances
+    from pytest_sme2.judge.moves import Tolerances
+    from pytest_sme2.judge.scalar import ScalarSpec
 
 
 @dataclass(frozen=True)
@@ -113,20 +114,6 @@ def _e2e(variant: str) -> Callable[[Measurement], float | None]:
     return value
 
 
-def _load(
-    variant: str, read: Callable[[LoadMeasurement], float | None]
-) -> Callable[[Measurement], float | None]:
-    """A variant's load figure ``read`` from its :class:`LoadMeasurement`, None where the record
-    has none (a record written before load was measured, a runner that reports none)."""
-
-    def value(m: Measurement) -> float | None:
-        vm = _variant(m, variant)
-        found = read(vm.load) if vm is not None and vm.load is not None else None
-        return None if found is None else float(found)
-
-    return value
-
-
 def _speedup(m: Measurement) -> float | None:
     """off ÷ on: the median latency ratio where time means something, else the instruction
     ratio (emulation: time is no signal, the work done is)."""
@@ -146,7 +133,7 @@ def quantities(tolerances: Tolerances | None = None) -> tuple[Quantity, ...]:
     """Everything the page draws and finds steps in, each with the gate's tolerance as the floor
     of a step: a move the gate lets pass is not a step either (``baseline.Tolerances``)."""
     from pytest_sme2.analysis.categories import CATEGORIES
-    from pytest_sme2.judge.baseline import Tolerances
+    from pytest_sme2.judge.moves import Tolerances
 
     t = tolerances or Tolerances()
     found = [q for variant in VARIANTS for q in _work_quantities(variant, t)]
@@ -186,42 +173,36 @@ def _work_quantities(variant: str, t: Tolerances) -> list[Quantity]:
 
 
 def _load_quantities(variant: str, t: Tolerances) -> list[Quantity]:
-    """A variant's load and memory, each with its gate's tolerance (load_gates): method init
-    timed where time means something, counted where the device counts instructions (never
-    both)."""
+    """A variant's load and memory: each scalar quantity the history page draws, with its gate's
+    tolerance (``judge.scalars``): method init timed where time means something, counted where
+    the device counts instructions (never both)."""
+    from pytest_sme2.judge.quantities import BUILTIN
+
     return [
         Quantity(
-            f"init-ms {variant}",
-            f"method init ms ({variant})",
-            _load(variant, lambda load: load.method_init_ms),
+            f"{spec.trend.key} {variant}",
+            f"{spec.trend.label} ({variant})",
+            _scalar(spec, variant),
             True,
-            t.init_time_percent / 100,
-        ),
-        Quantity(
-            f"init-instructions {variant}",
-            f"method init instructions ({variant})",
-            _load(variant, lambda load: load.init_instructions),
-            True,
-            t.instruction_percent / 100,
-        ),
-        Quantity(
-            f"planned {variant}",
-            f"planned memory MiB ({variant})",
-            _load(variant, lambda load: load.planned_bytes / MIB),
-            True,
-            t.instruction_percent / 100,
-        ),
-        Quantity(
-            f"peak-rss {variant}",
-            f"peak resident memory MiB ({variant})",
-            _load(
-                variant,
-                lambda load: None if load.peak_rss_bytes is None else load.peak_rss_bytes / MIB,
-            ),
-            True,
-            t.peak_rss_percent / 100,
-        ),
+            spec.tolerance(t) / 100,
+        )
+        for spec in BUILTIN.scalars
+        if spec.trend is not None
     ]
+
+
+def _scalar(spec: ScalarSpec, variant: str) -> Callable[[Measurement], float | None]:
+    """A variant's value of ``spec`` (in the page's unit), None where the record has none (a
+    record written before it was measured, a runner that reports none)."""
+    assert spec.trend is not None
+    scale = spec.trend.scale
+
+    def value(m: Measurement) -> float | None:
+        vm = _variant(m, variant)
+        found = spec.read(vm) if vm is not None else None
+        return None if found is None else float(found) * scale
+
+    return value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,73 @@
+"""A model really measured on this machine's host device, as ``sme2_measure`` measures a case (the
+real export, the real runner, the reference workload timed beside it), and judged as
+``sme2_judge`` judges it (``CaseCheck``): for the judge's tests that need real numbers but not a
+pytest session around them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import ModelSpec, get_model
+from pytest_sme2.export.reference import REFERENCE
+from pytest_sme2.judge.baseline_file import read
+from pytest_sme2.judge.check import CaseCheck
+from pytest_sme2.judge.expectations import Expectations
+from pytest_sme2.judge.policy import Policy
+from pytest_sme2.measure.case import MeasurePlan, measure_program
+from pytest_sme2.measure.deadline import Deadline
+from pytest_sme2.measure.plan import CaseProgram
+from pytest_sme2.records.measurement import Measurement
+
+#: A short plan: these tests judge what a measurement says, not how precisely it says it.
+PLAN = MeasurePlan(runs=6, rounds=2, warmup=1, traced_runs=2)
+
+
+def host_device() -> HostDevice:
+    device = HostDevice.from_options(lambda _: None)
+    device.prepare()
+    return device
+
+
+def toy_cnn() -> ModelSpec:
+    import models  # noqa: F401  (registers toy_cnn)
+
+    return get_model("toy_cnn")
+
+
+def measure_on_host(device: HostDevice, spec: ModelSpec, workdir: Path) -> Measurement:
+    """``spec`` fp32 measured on ``device`` beside the reference workload, judged as measured on
+    a quiet machine: beside another xdist worker it rarely is, and whether a busy machine's time
+    is judged at all is tests/test_disturbance.py's subject."""
+    artifact, reference = export_model(spec, "fp32"), export_model(REFERENCE, "fp32")
+    program = CaseProgram(spec.name, "fp32", artifact.pte, artifact.inputs)
+    measured = measure_program(
+        device,
+        program,
+        PLAN,
+        workdir,
+        classifier=None,
+        reference=(reference.pte, reference.inputs),
+        deadline=Deadline(),
+    )
+    return replace(measured, disturbance=None)
+
+
+def case_check(directory: Path, policy: Policy, measure: Callable[[str], Measurement]) -> CaseCheck:
+    """toy_cnn's case judged as ``sme2_judge`` judges it, its baseline under ``directory``,
+    ``measure(label)`` taking each fresh measurement (without a pause before confirming)."""
+    path = directory / "baselines" / "host" / "toy_cnn-fp32.json"
+    return CaseCheck(
+        policy,
+        path,
+        read(path, update=policy.update),
+        expectations=Expectations,
+        measure=measure,
+        settle=lambda recorded_ms: "without a pause",
+        nodeid="test_suite.py::test_model",
+        device_id="host",
+        artifacts=directory,
+    )
