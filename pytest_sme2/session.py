@@ -385,29 +385,33 @@ class CaseMeasure:
     def _measure(self, label: str) -> Measurement:
         from pytest_sme2.export.program_files import ProgramSpec
         from pytest_sme2.measure.case import measure
+        from pytest_sme2.measure.plan import CaseProgram
         from pytest_sme2.quiet import quiet_libraries
 
         case, artifact, settings = self.case, self.artifact, self.settings
         program = case.model
+        measured = CaseProgram(
+            model=program.name,
+            dtype=case.dtype,
+            pte=artifact.pte,
+            inputs=artifact.inputs,
+            etrecord=artifact.etrecord,
+            expected_outputs=artifact.expected_outputs,
+            numerics=artifact.numerics,
+            tokens=program.tokens_per_inference,
+            parity_tolerance=program.tolerance if isinstance(program, ProgramSpec) else None,
+        )
         # a lost device fails its remaining cases; executorch's deprecations (re-timing an
         # ETDump) are logged, not put in the user's warnings summary
         with self.fleet.using(case.device), quiet_libraries():
             return measure(
                 self.device,
-                model=program.name,
-                dtype=case.dtype,
-                pte=artifact.pte,
-                inputs=artifact.inputs,
-                plan=self._plan(),
-                workdir=self.directory / RUNS_DIR / label,
+                measured,
+                self._plan(),
+                self.directory / RUNS_DIR / label,
                 classifier=settings.classifier,
                 reference=self.reference,
-                etrecord=artifact.etrecord,
                 deadline=self.deadline,
-                expected_outputs=artifact.expected_outputs,
-                numerics=artifact.numerics,
-                tokens=program.tokens_per_inference,
-                parity_tolerance=program.tolerance if isinstance(program, ProgramSpec) else None,
             )
 
     def _plan(self) -> MeasurePlan:

@@ -15,7 +15,7 @@ from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.model_spec import DTYPES, ModelSpec
 from pytest_sme2.judge.baseline import Tolerances
-from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.measure.plan import MeasurePlan
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
     from pytest_sme2.devices.spec import DeviceSpec

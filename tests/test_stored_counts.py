@@ -8,6 +8,7 @@ a thread pool is never stored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,10 @@ import pytest
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.base import CountedRun, RunRequest, evidence_request
 from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.qemu_count import CountStore, counted_run
+from pytest_sme2.devices.qemu_guest import QemuGuest
 from pytest_sme2.devices.stored_counts import content_digest, count_key, portable_arguments
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
@@ -85,22 +89,34 @@ def test_a_command_is_keyed_without_the_paths_of_its_files() -> None:
     )
 
 
+@dataclass
+class Storing:
+    """The provisioned qemu-sme2 guest, keeping its counts in a store of this test's own (or
+    counting again and replacing them: ``recount``)."""
+
+    guest: QemuGuest
+    store: Path
+    recount: bool = False
+
+    def counted_run(self, request: RunRequest) -> CountedRun:
+        return counted_run(self.guest, request, CountStore(self.store, self.recount))
+
+
 @pytest.fixture
-def storing(qemu_device: QemuSme2Device, tmp_path: Path) -> QemuSme2Device:
-    """The provisioned qemu-sme2 device, keeping its counts in a store of this test's own."""
-    device = QemuSme2Device(count_store=tmp_path / "store")
-    device._toolchain, device._binary = qemu_device._prepared()
-    return device
+def storing(qemu_device: QemuSme2Device, tmp_path: Path) -> Storing:
+    return Storing(qemu_device.guest, tmp_path / "store")
 
 
-def test_a_stored_run_reads_back_as_the_run_counted(
-    storing: QemuSme2Device, tmp_path: Path
-) -> None:
+def test_a_stored_run_reads_back_as_the_run_counted(storing: Storing, tmp_path: Path) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    first = storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "a")
+    first = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON)
+    )
     assert first.evidence.stored_count_at == ""
     assert len(list((tmp_path / "store").iterdir())) == 1
-    again = storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "b")
+    again = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "b", variant=Variant.ON)
+    )
     assert again.evidence.stored_count_at.endswith("UTC")
     for field in ("instructions", "sme_instructions", "init_instructions", "sme2_kernels"):
         assert getattr(again.evidence, field) == getattr(first.evidence, field)
@@ -116,13 +132,17 @@ def test_a_stored_run_reads_back_as_the_run_counted(
 
 
 def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
-    storing: QemuSme2Device, tmp_path: Path
+    storing: Storing, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    off = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "a")
+    off = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.OFF)
+    )
     other = tmp_path / "other.tensors"
     write_tensors(other, [np.flip(array, -1).copy() for array in read_tensors(artifact.inputs)])
-    counted = storing.counted_run(artifact.pte, other, Variant.OFF, 1, tmp_path / "b")
+    counted = storing.counted_run(
+        evidence_request(artifact.pte, other, tmp_path / "b", variant=Variant.OFF)
+    )
     assert counted.evidence.stored_count_at == ""
     assert counted.run.outputs is not None and off.run.outputs is not None
     assert counted.run.outputs.read_bytes() != off.run.outputs.read_bytes()
@@ -131,7 +151,9 @@ def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
     # a recount counts and replaces the entry
     storing.recount = True
     before = {entry: entry.stat().st_ino for entry in entries}
-    recounted = storing.counted_run(artifact.pte, other, Variant.OFF, 1, tmp_path / "c")
+    recounted = storing.counted_run(
+        evidence_request(artifact.pte, other, tmp_path / "c", variant=Variant.OFF)
+    )
     assert recounted.evidence.stored_count_at == ""
     assert recounted.evidence.instructions == counted.evidence.instructions
     # the new entry is built before the old one goes, so a replaced entry is another inode
@@ -141,21 +163,29 @@ def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
     storing.recount = False
     for entry in entries:
         (entry / "count.json").write_text('{"format": 1, "counted_at"')
-    damaged = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "d")
+    damaged = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "d", variant=Variant.OFF)
+    )
     assert damaged.evidence.stored_count_at == ""
     assert damaged.evidence.instructions == off.evidence.instructions
     whole = [e for e in entries if (e / "count.json").read_text().endswith("}")]
     assert len(whole) == 1
     (whole[0] / "run.etdp").unlink()
-    again = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "e")
+    again = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "e", variant=Variant.OFF)
+    )
     assert again.evidence.stored_count_at == ""
     assert (whole[0] / "run.etdp").is_file()
 
 
-def test_a_thread_pools_count_is_never_stored(storing: QemuSme2Device, tmp_path: Path) -> None:
+def test_a_thread_pools_count_is_never_stored(storing: Storing, tmp_path: Path) -> None:
     """With two threads the pool's spinning is in the count, which then varies run to run."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 2, tmp_path / "a")
+    storing.counted_run(
+        evidence_request(
+            artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON, threads=2
+        )
+    )
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
 
 

@@ -10,14 +10,25 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.evidence import Sme2Evidence
-from pytest_sme2.runner.invoke import RunPlan, RunResult
+from pytest_sme2.runner.invoke import Executions, RunnerCall, RunResult
 
 OptionGetter = Callable[[str], Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest(RunnerCall):
+    """What a device is asked to run: one variant of a program, as a runner process executes it
+    (the program, its inputs, its :class:`~pytest_sme2.runner.invoke.Executions` with their
+    deadline, the directory its files land in). The runner needs no variant; a device does, to
+    run it SME2-on or SME2-off."""
+
+    variant: Variant
 
 
 class CountedRun(NamedTuple):
@@ -28,8 +39,38 @@ class CountedRun(NamedTuple):
     evidence: Sme2Evidence
 
 
-#: The executions of an evidence or counted run at most: a warm-up and the counted inference.
-EVIDENCE_EXECUTIONS = 2
+EVIDENCE_WARMUP = 1
+"""The executions of an evidence or counted run before the counted one. Why the second: the first
+execution of every example, dtype and variant differs from the second
+(``benchmarks/warmup_effect.py``, 33 cases). It does one-time set-up outside any operator event
+(0.15–3.3 M instructions, most of it in XNNPACK's code; 3 M in the convolutional models), and
+inside 3–25 operators per case the first calls bind symbols lazily and take first-call paths:
+native kernels by 1.5–89 % (vit_tiny's expand_copy 11.3 k → 1.3 k, tiny_llama_decode's index_put
+70 k → 54 k), toy_cnn fp32's first fully connected GEMM 2,956 → 774. From the second execution on,
+every operator counts the same (the third equals it). A count of the first would gate a cold
+inference's one-time work, not the model's steady state that baselines hold."""
+#: The executions of an evidence or counted run: the warm-up and the counted inference.
+EVIDENCE_EXECUTIONS = EVIDENCE_WARMUP + 1
+
+
+def evidence_request(
+    program: Path,
+    inputs: Path,
+    workdir: Path,
+    *,
+    variant: Variant,
+    threads: int = 1,
+    timeout_s: float | None = None,
+) -> RunRequest:
+    """An evidence or counted run of ``variant`` (:meth:`Device.evidence`,
+    :meth:`Device.counted_run`): :data:`EVIDENCE_WARMUP` traced warm-up, then the inference that
+    is counted, on ``threads``; ``timeout_s`` is the deadline of those
+    :data:`EVIDENCE_EXECUTIONS` executions (None: the device's default), computed by the caller
+    (:mod:`pytest_sme2.measure.deadline`): a device knows nothing of baselines."""
+    executions = Executions(
+        runs=1, warmup=EVIDENCE_WARMUP, threads=threads, traced=True, timeout_s=timeout_s
+    )
+    return RunRequest(program, inputs, executions, workdir, variant=variant)
 
 
 class Device(ABC):
@@ -80,47 +121,20 @@ class Device(ABC):
         """Fingerprint and capabilities; valid after ``prepare``."""
 
     @abstractmethod
-    def run(
-        self,
-        model: Path,
-        inputs: Path,
-        variant: Variant,
-        plan: RunPlan,
-        workdir: Path,
-    ) -> RunResult:
-        """Run ``model`` as ``variant`` with ``plan``; results and logs land in ``workdir``."""
+    def run(self, request: RunRequest) -> RunResult:
+        """Run ``request``'s variant of its program; results and logs land in its work
+        directory."""
 
-    def evidence(
-        self,
-        model: Path,
-        inputs: Path,
-        variant: Variant,
-        threads: int,
-        workdir: Path,
-        *,
-        timeout_s: float | None = None,
-    ) -> Sme2Evidence | None:
-        """Kernel/instruction evidence for ``variant``, or None where the device has none.
-
-        ``timeout_s`` is the deadline of a run of :data:`EVIDENCE_EXECUTIONS` executions, the
-        most an evidence run makes (None: the device's default). A number, computed by the
-        caller (``pytest_sme2.measure.case`` from ``pytest_sme2.measure.deadline``): a device knows
-        nothing of baselines."""
+    def evidence(self, request: RunRequest) -> Sme2Evidence | None:
+        """Kernel/instruction evidence for ``request``'s variant, or None where the device has
+        none. ``request`` is an :func:`evidence_request`, the most an evidence run makes
+        (a device that reads its evidence from the logs of its runs runs nothing)."""
         return None
 
-    def counted_run(
-        self,
-        model: Path,
-        inputs: Path,
-        variant: Variant,
-        threads: int,
-        workdir: Path,
-        *,
-        timeout_s: float | None = None,
-    ) -> CountedRun | None:
-        """One traced run of ``variant`` with its last execution counted, or None where the
-        device counts nothing (the default: mac, android and host time their runs instead).
-        ``timeout_s`` as for :meth:`evidence`.
+    def counted_run(self, request: RunRequest) -> CountedRun | None:
+        """One traced run of ``request`` (an :func:`evidence_request`) with its last execution
+        counted, or None where the device counts nothing (the default: mac, android and host
+        time their runs instead).
 
         Why one call: where each execution costs seconds (qemu-sme2), the counted run is the
         traced run; its ETDump and outputs serve as the variant's profile, structure and
