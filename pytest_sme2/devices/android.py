@@ -250,7 +250,7 @@ class AndroidDevice(Device):
 
     # -- info --------------------------------------------------------------------------------
 
-    def info(self) -> DeviceInfo:
+    def describe(self) -> DeviceInfo:
         facts = self._prepared()
         variants = tuple(v for v in (Variant.ON, Variant.OFF) if v in self._bundles)
         # Two phones of one model and SoC are one class; the serial and Android version are notes.

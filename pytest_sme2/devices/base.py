@@ -1,24 +1,37 @@
 """The one interface every device implements, and what a device says about itself.
 
 A device knows how to make the runner available where models run (``prepare``), how to run one
-variant of an exported model (``run``), and what it can prove (``info``): whether it has SME2,
-whether it can switch SME2 off, whether its wall-clock time means anything. The plugin asks, and
-skips with the device's own reason whatever the device cannot measure.
+variant of an exported model (``run``), and what it can prove (``describe``): whether it has SME2,
+whether it can switch SME2 off, whether its wall-clock time means anything. The plugin asks
+(``info``: what the device says, with what the session's machine-info hooks added), and skips
+with the device's own reason whatever the device cannot measure. A kind is registered through the
+``pytest_sme2_device_kinds`` hook (:mod:`pytest_sme2.devices.kinds`; docs/extending.md).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.evidence import Sme2Evidence
 from pytest_sme2.runner.invoke import Executions, RunnerCall, RunResult
 
 OptionGetter = Callable[[str], Any]
+
+
+class MachineInfo(Protocol):
+    """What adds to a prepared device's info: called with the device's name, a copy of its
+    fingerprint and one of its machine class, which it updates in place — the session's
+    ``pytest_sme2_update_machine_info`` hook (:mod:`pytest_sme2.hookspec`), whose callers pass
+    keywords only."""
+
+    def __call__(
+        self, *, device: str, fingerprint: dict[str, str], machine_class: dict[str, str]
+    ) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +87,8 @@ def evidence_request(
 
 
 class Device(ABC):
-    """Base class of devices. Subclasses are registered in ``pytest_sme2.devices.kinds``."""
+    """Base class of devices. A subclass is a kind, added through the
+    ``pytest_sme2_device_kinds`` hook (the built-in ones by :mod:`pytest_sme2.devices.kinds`)."""
 
     #: The value of ``--sme2-device`` selecting this device, and its baseline directory name.
     name: ClassVar[str]
@@ -93,6 +107,9 @@ class Device(ABC):
     #: :class:`pytest_sme2.measure.fleet.Fleet`: two devices of one kind must not share a name in
     #: reports and failure sentences.
     spec_id: str | None = None
+    #: What the machine-info hooks added to the fingerprint and the machine class
+    #: (:meth:`add_machine_info`); nothing until then.
+    _added: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})
 
     @property
     def label(self) -> str:
@@ -117,8 +134,41 @@ class Device(ABC):
         """Make the runner usable (build, provision, push); idempotent and cached."""
 
     @abstractmethod
+    def describe(self) -> DeviceInfo:
+        """Fingerprint, machine class and capabilities, as the device finds them; valid after
+        ``prepare``."""
+
     def info(self) -> DeviceInfo:
-        """Fingerprint and capabilities; valid after ``prepare``."""
+        """What the device says about itself (:meth:`describe`), with what the machine-info
+        hooks added once it was prepared (:meth:`add_machine_info`)."""
+        described = self.describe()
+        fingerprint, machine_class = self._added
+        if not fingerprint and not machine_class:
+            return described
+        return replace(
+            described,
+            fingerprint={**described.fingerprint, **fingerprint},
+            machine_class={**described.machine_class, **machine_class},
+        )
+
+    def add_machine_info(self, update: MachineInfo) -> None:
+        """Let ``update`` add to what the prepared device says about itself, before it measures
+        anything: a key it adds to the machine class keys a time record of its own (the class's
+        id changes) and is in the fingerprint too; a key it adds to the fingerprint alone is a
+        note. Called once (the session's :class:`~pytest_sme2.measure.fleet.Fleet`, after
+        ``prepare``)."""
+        described = self.describe()
+        fingerprint, machine_class = dict(described.fingerprint), dict(described.machine_class)
+        update(device=self.label, fingerprint=fingerprint, machine_class=machine_class)
+        fingerprint.update(machine_class)
+
+        def changed(now: Mapping[str, str], before: Mapping[str, str]) -> dict[str, str]:
+            return {key: value for key, value in now.items() if before.get(key) != value}
+
+        self._added = (
+            changed(fingerprint, described.fingerprint),
+            changed(machine_class, described.machine_class),
+        )
 
     @abstractmethod
     def run(self, request: RunRequest) -> RunResult:

@@ -114,7 +114,7 @@ class HostDevice(Device):
         if self._binary is None:
             self._binary = build_runner("host")
 
-    def info(self) -> DeviceInfo:
+    def describe(self) -> DeviceInfo:
         flags = cpu_flags()
         has_sme2 = "sme2" in flags
         machine_class = {

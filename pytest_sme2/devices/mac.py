@@ -165,7 +165,7 @@ class MacDevice(Device):
         assert self._facts is not None
         return self._facts
 
-    def info(self) -> DeviceInfo:
+    def describe(self) -> DeviceInfo:
         facts = self._prepared()
         machine_class = {
             **{k: v for k, v in facts.values.items() if k in MAC_CLASS_KEYS},

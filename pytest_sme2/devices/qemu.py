@@ -130,7 +130,7 @@ class QemuSme2Device(Device):
         assert self._guest is not None
         return self._guest
 
-    def info(self) -> DeviceInfo:
+    def describe(self) -> DeviceInfo:
         guest = self.guest
         toolchain, length = guest.toolchain, self.sme_vector_length
         # Emulated time is never judged, so this class keys no time record; it names what the
