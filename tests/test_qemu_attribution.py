@@ -197,9 +197,6 @@ import torch
 from torch import nn
 
 from pytest_sme2 import register_model
-from pytest_sme2.devices.base import evidence_request
-
-WIDTH = int(os.environ.get("GROW_WIDTH", "50"))
 
 
 class Grow(nn.Module):
@@ -216,14 +213,21 @@ class Grow(nn.Module):
         return self.fc(y.mean(dim=(2, 3)))
 
 
-def grow_inputs(seed):
-    return (torch.randn(1, 3, 24, WIDTH, generator=torch.Generator().manual_seed(seed)),)
+def grow(name):
+    # the model as ``name``, on images GROW_<NAME> pixels wide (default 50)
+    width = int(os.environ.get(f"GROW_{name.upper()}", "50"))
+
+    def inputs(seed):
+        return (torch.randn(1, 3, 24, width, generator=torch.Generator().manual_seed(seed)),)
+
+    @register_model(name, inputs=inputs, dtypes=("fp32",))
+    def build():
+        torch.manual_seed(0)
+        return Grow().eval()
 
 
-@register_model("grow", inputs=grow_inputs, dtypes=("fp32",))
-def grow():
-    torch.manual_seed(0)
-    return Grow().eval()
+for name in ("same", "plus2", "plus6"):
+    grow(name)
 '''
 
 USER_TEST = """
@@ -235,6 +239,9 @@ def test_model(sme2_measurement, sme2_judge):
 def test_a_little_more_work_fails_naming_the_variant_the_change_and_what_grew(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Three copies of one model recorded at one width; then one unchanged, one +2 % and one +6 %
+    of the pixels wider, freshly exported: the unchanged one passes, the others fail naming the
+    variant, the change and the operator that grew."""
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(USER_CONFTEST)
     pytester.makepyfile(test_grow=USER_TEST)
@@ -245,27 +252,22 @@ def test_a_little_more_work_fails_naming_the_variant_the_change_and_what_grew(
         "--sme2-device=qemu-sme2",
         f"--sme2-baseline-dir={baselines}",
     )
-
-    def run(width: int, *extra: str) -> pytest.RunResult:
-        monkeypatch.setenv("GROW_WIDTH", str(width))
-        return pytester.runpytest_subprocess(*args, *extra, timeout=900)
-
-    run(50, "--sme2-update-baselines").assert_outcomes(passed=1)
-    stored = json.loads(next(baselines.rglob("grow-fp32*.json")).read_text())
+    recorded = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=900)
+    recorded.assert_outcomes(passed=3)
+    stored = json.loads((baselines / "qemu-sme2" / "same-fp32.json").read_text())
     assert stored["variants"]["sme2-on"]["operator_instructions"]
     assert stored["variants"]["sme2-on"]["instruction_shares"]
 
-    run(50).assert_outcomes(passed=1)  # unchanged: never fails
-
-    for width in (51, 53):  # +2 % and +6 % of the pixels, freshly exported
-        result = run(width)
-        result.assert_outcomes(failed=1)
-        result.stdout.re_match_lines(
-            [
-                r".*instructions of grow\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
-                r"per inference \(\+\d+\.\d\d%\), beyond the 1% tolerance; grew: .*"
-                r"Convolution \(NHWC, PF32\) IGEMM.*",
-                r".*instructions of grow\[fp32\] on qemu-sme2 \(sme2-off\) rose .*",
-            ],
-            consecutive=False,
-        )
+    monkeypatch.setenv("GROW_PLUS2", "51")
+    monkeypatch.setenv("GROW_PLUS6", "53")
+    result = pytester.runpytest_subprocess(*args, timeout=900)
+    result.assert_outcomes(passed=1, failed=2)  # the unchanged one never fails
+    lines = []
+    for name in ("plus2", "plus6"):
+        lines += [
+            rf".*instructions of {name}\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
+            r"per inference \(\+\d+\.\d\d%\), beyond the 1% tolerance; grew: .*"
+            r"Convolution \(NHWC, PF32\) IGEMM.*",
+            rf".*instructions of {name}\[fp32\] on qemu-sme2 \(sme2-off\) rose .*",
+        ]
+    result.stdout.re_match_lines(lines, consecutive=False)
