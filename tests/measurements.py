@@ -19,7 +19,7 @@ from pytest_sme2.devices.base import Device
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.measure.case import measure
-from pytest_sme2.measure.deadline import DEFAULT_DEADLINE, Deadline
+from pytest_sme2.measure.deadline import Deadline
 from pytest_sme2.measure.plan import CaseProgram, MeasurePlan
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.evidence import CpuSeen, Sme2Evidence
@@ -175,7 +175,7 @@ def measure_toy_cnn(
     plan: MeasurePlan,
     workdir: Path,
     *,
-    deadline: Deadline = DEFAULT_DEADLINE,
+    deadline: Deadline | None = None,
     expected_outputs: Path | None = None,
 ) -> Measurement:
     """toy_cnn fp32 really measured on ``device`` (its outputs checked against

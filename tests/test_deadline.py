@@ -17,7 +17,6 @@ from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load
 from pytest_sme2.measure.case import MeasurePlan
 from pytest_sme2.measure.deadline import (
-    DEFAULT_DEADLINE,
     EMULATED_INSTRUCTIONS_PER_S,
     EMULATED_MARGIN_S,
     NATIVE_MARGIN_S,
@@ -55,10 +54,10 @@ def test_a_native_case_gets_a_deadline_from_its_own_classes_latencies(tmp_path: 
     device.prepare()
     plan = MeasurePlan(runs=6, warmup=1, rounds=3, traced_runs=2)
 
-    def measured(deadline: Deadline, label: str):
+    def measured(deadline: Deadline | None, label: str):
         return measure_toy_cnn(device, plan, tmp_path / label, deadline=deadline)
 
-    first = measured(DEFAULT_DEADLINE, "first")
+    first = measured(None, "first")
     assert {p.timeout_s for p in device.plans} == {None}  # no baseline yet: the device's default
     stored = from_measurement(first, Tolerances())
     info = device.info()

@@ -21,7 +21,7 @@ from pytest_sme2.analysis.profile import Profile
 from pytest_sme2.analysis.trace import Trace
 from pytest_sme2.devices.base import Device
 from pytest_sme2.measure.case_runs import CaseRuns
-from pytest_sme2.measure.deadline import DEFAULT_DEADLINE, Deadline
+from pytest_sme2.measure.deadline import Deadline
 from pytest_sme2.measure.modelled_etdump import write_modelled_etdump
 from pytest_sme2.measure.output_checks import parity
 from pytest_sme2.measure.plan import CaseProgram, MeasurePlan
@@ -47,7 +47,7 @@ def measure(
     *,
     classifier: Classifier | None = None,
     reference: tuple[Path, Path] | None = None,
-    deadline: Deadline = DEFAULT_DEADLINE,
+    deadline: Deadline | None = None,
 ) -> Measurement:
     """Run every variant ``device`` supports of ``program``, its runs' files under ``workdir``:
     the runs of each variant, by the kind of device, then the record (made once the machine's
@@ -55,9 +55,9 @@ def measure(
 
     ``reference`` (a .pte and its inputs) is timed in every round too, where the device's time
     is meaningful, so latency can be judged against the machine's speed of the moment.
-    ``deadline`` sets each runner call's deadline (default: the device's own). A measurement that
-    takes over :data:`QUIET_S` says which variant and step it is at
-    (:mod:`pytest_sme2.progress`): one real architecture emulates for many minutes."""
+    ``deadline`` sets each runner call's deadline (default: ``plan.timeout_s``, else the
+    device's own). A measurement that takes over :data:`QUIET_S` says which variant and step it
+    is at (:mod:`pytest_sme2.progress`): one real architecture emulates for many minutes."""
     info = device.info()
     title = f"measure {program.model}[{program.dtype}] on {info.name}"
     with (
@@ -71,7 +71,7 @@ def measure(
             plan,
             workdir,
             classifier=classifier,
-            deadline=deadline,
+            deadline=deadline or Deadline(plan.timeout_s),
             running=running,
         )
         if info.time_meaningful:
