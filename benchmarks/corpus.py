@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pytest_sme2.cache import write_atomic  # noqa: E402
-from pytest_sme2.devices.kinds import device_class  # noqa: E402
+from pytest_sme2.devices.kinds import BUILT_IN_KINDS  # noqa: E402
 from pytest_sme2.export.exporter import Artifact, load_cached  # noqa: E402
 from pytest_sme2.export.model_spec import ModelSpec, registered_models  # noqa: E402
 
@@ -200,7 +200,7 @@ def rows(
     rerun: Mapping[str, str],
 ) -> list[Row]:
     """One row per case: what the two sessions said and what the export cache holds."""
-    emulated = device_class(device).emulates_cpu
+    emulated = BUILT_IN_KINDS[device].emulates_cpu
     table = []
     for spec in specs:
         built = spec.for_emulation() if emulated else spec
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown(()), flush=True)
     for device in args.devices.split(","):
         root = work / device if args.table_only else project(work / device)
-        spread = ["-n", "2"] if device_class(device).emulates_cpu else []
+        spread = ["-n", "2"] if BUILT_IN_KINDS[device].emulates_cpu else []
         for spec in specs:  # a model at a time: its rows print as soon as they are known
             if args.table_only:
                 done = [root / f"{spec.name}-{name}.xml" for name in ("record", "rerun")]

@@ -1,7 +1,7 @@
 """What the qemu-sme2 counted run costs, and where: qemu's own logging or our counting.
 
 Per example (its emulation size; corpus members too with ``--corpus``) × dtype × variant, the run
-the device counts (:data:`pytest_sme2.devices.qemu.COUNTED_WARMUP` warm-up executions, then the
+the device counts (:data:`pytest_sme2.devices.base.EVIDENCE_WARMUP` warm-up executions, then the
 counted one, traced) is made four ways:
 
 * ``plain``: the exec log off, as a plain qemu run: the floor;
@@ -89,21 +89,21 @@ def measure_case(
 ) -> tuple[dict[str, tuple[float, float]], float]:
     """Per stage, (load phase, executions) in wall seconds of one case's counted run; and the
     CPU seconds of the ``count`` stage."""
+    from pytest_sme2.devices.base import EVIDENCE_WARMUP, evidence_request
     from pytest_sme2.devices.provision import provision_qemu, qemu_command
     from pytest_sme2.devices.qemu import (
-        COUNTED_WARMUP,
         DEFAULT_SME_VECTOR_LENGTH,
         QemuSme2Device,
     )
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.build import build_runner
-    from pytest_sme2.runner.invoke import TIMINGS_NAME, RunPlan, run_runner
+    from pytest_sme2.runner.invoke import TIMINGS_NAME, Executions, Launch, RunnerCall, run_runner
 
     toolchain = provision_qemu(log=lambda _: None)
     binary = build_runner("aarch64", executorch_dir=toolchain.executorch_dir)
     artifact = export_model(get_model(model).for_emulation(), dtype)
-    plan = RunPlan(runs=1, warmup=COUNTED_WARMUP, traced=True)
+    plan = Executions(runs=1, warmup=EVIDENCE_WARMUP, traced=True)
     sme2 = str(variant) == "sme2-on"
 
     def runner(log: Path | None, where: Path) -> Callable[[], object]:
@@ -111,7 +111,7 @@ def measure_case(
             toolchain, sme2=sme2, exec_log=log, sme_vector_length=DEFAULT_SME_VECTOR_LENGTH
         )
         return lambda: run_runner(
-            binary, artifact.pte, where, plan, inputs=artifact.inputs, prefix=prefix
+            binary, RunnerCall(artifact.pte, artifact.inputs, plan, where), Launch(prefix=prefix)
         )
 
     result: dict[str, tuple[float, float]] = {}
@@ -133,9 +133,8 @@ def measure_case(
         else:  # count, then stored: the same store, so the second reads the first back
             device = QemuSme2Device(count_store=workdir / "store")
             cpu = cpu_seconds()
-            seconds = timed(
-                lambda: device.counted_run(artifact.pte, artifact.inputs, variant, 1, where)  # noqa: B023
-            )
+            request = evidence_request(artifact.pte, artifact.inputs, where, variant=variant)
+            seconds = timed(lambda: device.counted_run(request))  # noqa: B023
             if stage == "count":
                 count_cpu = cpu_seconds() - cpu
         # a stored run executes nothing: its timings are the counted run's, copied

@@ -22,17 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
+from pytest_sme2.devices.base import EVIDENCE_WARMUP, RunRequest
 from pytest_sme2.devices.exec_filter import fixed_layout
 from pytest_sme2.devices.log_fifo import read_while
-from pytest_sme2.devices.qemu import (
-    COUNTED_WARMUP,
-    EXECUTE_SYMBOL,
-    INIT_SYMBOL,
-    QemuSme2Device,
-)
-from pytest_sme2.devices.qemu_log import count_calls
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.qemu_count import count_executions
+from pytest_sme2.devices.qemu_log import EXECUTE_SYMBOL, INIT_SYMBOL, count_calls
 from pytest_sme2.records.device import Variant
-from pytest_sme2.runner.invoke import RunPlan
+from pytest_sme2.runner.invoke import Executions
 from pytest_sme2.runner.tensors import write_tensors
 
 
@@ -41,19 +38,20 @@ def _whole(
     program: Path,
     inputs: Path,
     variant: Variant,
-    plan: RunPlan,
+    plan: Executions,
     workdir: Path,
 ) -> list[int]:
     """The count from qemu's whole exec log (the device's counting, without the narrowing)."""
-    toolchain, _ = device._prepared()
-    libraries = sorted((toolchain.executorch_dir / "lib").glob("*.so"))
+    guest = device.guest
+    libraries = sorted((guest.toolchain.executorch_dir / "lib").glob("*.so"))
     fifo = workdir.resolve() / "whole.fifo"
     os.mkfifo(fifo)
-    prefix = fixed_layout(device._prefix(variant, exec_log=fifo))
+    prefix = fixed_layout(guest.prefix(variant, exec_log=fifo))
+    request = RunRequest(program, inputs, plan, workdir, variant=variant)
     calls, _ = read_while(
         fifo,
         lambda: count_calls(fifo, libraries, EXECUTE_SYMBOL, INIT_SYMBOL),
-        lambda: device._run_under(prefix, program, inputs, plan, workdir),
+        lambda: guest.run(request, prefix),
     )
     return [call.total for call in calls]
 
@@ -66,15 +64,18 @@ def main() -> None:
     args = parser.parse_args()
     variant = Variant(args.variant)
     device = QemuSme2Device()
-    plan = RunPlan(runs=1, warmup=COUNTED_WARMUP, traced=True)
+    plan = Executions(runs=1, warmup=EVIDENCE_WARMUP, traced=True)
     with tempfile.TemporaryDirectory() as scratch:
         inputs = Path(scratch) / "inputs.tensors"
         write_tensors(inputs, [np.array([[7]], np.int64), np.array([args.position], np.int64)])
         start = time.monotonic()
-        _, executions, init = device.count_executions(
-            args.program, inputs, variant, plan, Path(scratch) / "narrowed"
+        narrowing = RunRequest(
+            args.program, inputs, plan, Path(scratch) / "narrowed", variant=variant
         )
-        narrowed = [c.total for c in ([init] if init else []) + executions]
+        counted = count_executions(device.guest, narrowing)
+        narrowed = [
+            c.total for c in ([counted.init] if counted.init else []) + [*counted.executions]
+        ]
         print(f"narrowed {variant}: {narrowed} in {time.monotonic() - start:.0f} s", flush=True)
         start = time.monotonic()
         workdir = Path(scratch) / "whole"

@@ -32,15 +32,17 @@ def make_trace(directory: Path, runs: int) -> Path:
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.build import build_runner
-    from pytest_sme2.runner.invoke import RunPlan, run_runner
+    from pytest_sme2.runner.invoke import Executions, RunnerCall, run_runner
 
     artifact = export_model(get_model("vit_tiny"), "fp32")
     result = run_runner(
         build_runner("host"),
-        artifact.pte,
-        directory,
-        RunPlan(runs=runs, warmup=1, threads=1, traced=True),
-        inputs=artifact.inputs,
+        RunnerCall(
+            artifact.pte,
+            artifact.inputs,
+            Executions(runs=runs, warmup=1, threads=1, traced=True),
+            directory,
+        ),
     )
     assert result.etdump is not None
     return result.etdump

@@ -40,16 +40,18 @@ def compare(model: str, dtype: str, variant: Variant, device: QemuSme2Device, wo
     """One case's line: both executions' totals and the operators whose counts differ."""
     from pytest_sme2.analysis.attribution import instruction_trace
     from pytest_sme2.analysis.trace import read_etdump
+    from pytest_sme2.devices.base import RunRequest
+    from pytest_sme2.devices.qemu_count import count_executions
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.model_spec import get_model
-    from pytest_sme2.runner.invoke import RunPlan
+    from pytest_sme2.runner.invoke import Executions
 
     artifact = export_model(get_model(model).for_emulation(), dtype)
-    plan = RunPlan(runs=1, warmup=1, traced=True)
+    plan = Executions(runs=1, warmup=1, traced=True)
     start = time.perf_counter()
-    result, executions, _ = device.count_executions(
-        artifact.pte, artifact.inputs, variant, plan, workdir
-    )
+    request = RunRequest(artifact.pte, artifact.inputs, plan, workdir, variant=variant)
+    counted = count_executions(device.guest, request)
+    result, executions = counted.run, counted.executions
     seconds = time.perf_counter() - start
     assert result.etdump is not None
     trace = read_etdump(result.etdump)

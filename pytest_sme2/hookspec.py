@@ -25,9 +25,11 @@ def pytest_sme2_device_kinds() -> Iterable[type[Device]]:
     each with its ``name`` (what ``--sme2-device`` and a fleet spec ``KIND[:KEY=VALUE…]`` call it,
     and its baseline folder), the spec keys it takes and how it builds itself from options.
 
-    Called once per session, when the settings are resolved; every implementation's kinds are
-    merged, and two kinds of one name are a usage error naming both. A kind's own command-line
-    options are its plugin's to add (``pytest_addoption`` in the same conftest).
+    Called when the session resolves its devices (and, under xdist, when it decides how to
+    distribute them); every implementation's kinds are merged
+    (:class:`pytest_sme2.devices.kinds.DeviceKinds`), and two kinds of one name are a usage error
+    naming both. A kind's own command-line options are its plugin's to add (``pytest_addoption``
+    in the same conftest).
     """
 
 

@@ -50,14 +50,17 @@ MARKER_HELP = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """The hooks a conftest or plugin implements to add devices, machine info and gates."""
+    """The hooks a conftest or plugin implements to add devices, machine info and gates; the
+    built-in device kinds are added through the first, as a user's are."""
     from pytest_sme2 import hookspec
+    from pytest_sme2.devices import kinds
 
     pluginmanager.add_hookspecs(hookspec)
+    pluginmanager.register(kinds, "sme2-device-kinds")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_sme2.devices.kinds import DEVICE_CLASSES
+    from pytest_sme2.devices.kinds import BUILT_IN_KINDS
 
     group = parser.getgroup("sme2", "pytest-sme2 (SME2 profiling regression tests)")
     for option in OPTIONS:
@@ -81,8 +84,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
     )
     parser.addini(FLEET_INI, "comma-separated device specs: a fleet (as --sme2-device)", default="")
-    for device in DEVICE_CLASSES.values():
-        device.add_options(group.addoption)
+    BUILT_IN_KINDS.add_options(group.addoption)  # a kind a conftest adds registers its own
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the mode (controller) or the groups (worker)

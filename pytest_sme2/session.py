@@ -16,6 +16,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,7 @@ def choose_loadgroup(config: pytest.Config) -> None:
     xdist's workers parse the same arguments, with ``-n`` reset: each takes the same decision
     from them, so that its node ids carry the groups the controller schedules by.
     """
+    from pytest_sme2.devices.kinds import DeviceKinds
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.measure.fleet import xdist_group
     from pytest_sme2.settings import fleet_specs
@@ -137,7 +139,7 @@ def choose_loadgroup(config: pytest.Config) -> None:
     if chosen or not (worker or getattr(config.option, "numprocesses", None)):
         return
     try:
-        specs = fleet_specs(config.getoption, config.getini)
+        specs = fleet_specs(config.getoption, config.getini, DeviceKinds.from_hook(config.hook))
     except ConfigError:
         return  # said once, when the tests are collected
     if any(xdist_group(spec) for spec in specs):
@@ -180,13 +182,19 @@ class Sme2Session:
     def settings(self) -> Settings:
         """Settings resolved once per session. A bad value fails collection of the sme2 tests
         with one line naming the option; tests that use no sme2 fixture never resolve them."""
+        from pytest_sme2.devices.kinds import DeviceKinds
         from pytest_sme2.interrupt import unwind_on_sigterm
         from pytest_sme2.settings import resolve
 
         config = self.config
         if SETTINGS_KEY not in config.stash:
             settings = config.stash[SETTINGS_KEY] = or_fail(
-                lambda: resolve(config.getoption, config.getini, config.rootpath)
+                lambda: resolve(
+                    config.getoption,
+                    config.getini,
+                    config.rootpath,
+                    DeviceKinds.from_hook(config.hook),
+                )
             )
             _sweep_baselines(settings.baseline_dir)
             # a session that runs sme2 tests starts runners: SIGTERM must unwind it, not drop it
@@ -200,7 +208,9 @@ class Sme2Session:
         from pytest_sme2.measure.fleet import Fleet
 
         if self._fleet is None:
-            self._fleet = Fleet(lambda name: self.config.getoption(name, None))
+            config = self.config
+            machine_info = partial(config.hook.pytest_sme2_update_machine_info, config=config)
+            self._fleet = Fleet(lambda name: config.getoption(name, None), machine_info)
         return self._fleet
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
@@ -385,29 +395,33 @@ class CaseMeasure:
     def _measure(self, label: str) -> Measurement:
         from pytest_sme2.export.program_files import ProgramSpec
         from pytest_sme2.measure.case import measure
+        from pytest_sme2.measure.plan import CaseProgram
         from pytest_sme2.quiet import quiet_libraries
 
         case, artifact, settings = self.case, self.artifact, self.settings
         program = case.model
+        measured = CaseProgram(
+            model=program.name,
+            dtype=case.dtype,
+            pte=artifact.pte,
+            inputs=artifact.inputs,
+            etrecord=artifact.etrecord,
+            expected_outputs=artifact.expected_outputs,
+            numerics=artifact.numerics,
+            tokens=program.tokens_per_inference,
+            parity_tolerance=program.tolerance if isinstance(program, ProgramSpec) else None,
+        )
         # a lost device fails its remaining cases; executorch's deprecations (re-timing an
         # ETDump) are logged, not put in the user's warnings summary
         with self.fleet.using(case.device), quiet_libraries():
             return measure(
                 self.device,
-                model=program.name,
-                dtype=case.dtype,
-                pte=artifact.pte,
-                inputs=artifact.inputs,
-                plan=self._plan(),
-                workdir=self.directory / RUNS_DIR / label,
+                measured,
+                self._plan(),
+                self.directory / RUNS_DIR / label,
                 classifier=settings.classifier,
                 reference=self.reference,
-                etrecord=artifact.etrecord,
                 deadline=self.deadline,
-                expected_outputs=artifact.expected_outputs,
-                numerics=artifact.numerics,
-                tokens=program.tokens_per_inference,
-                parity_tolerance=program.tolerance if isinstance(program, ProgramSpec) else None,
             )
 
     def _plan(self) -> MeasurePlan:

@@ -15,10 +15,11 @@ from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.model_spec import DTYPES, ModelSpec
 from pytest_sme2.judge.baseline import Tolerances
-from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.measure.plan import MeasurePlan
 
 if TYPE_CHECKING:  # the device modules load when a session resolves its settings, not before
-    from pytest_sme2.devices.spec import DeviceSpec
+    from pytest_sme2.devices.kinds import DeviceKinds
+    from pytest_sme2.devices.spec import DeviceSpec, Platform
     from pytest_sme2.export.program_files import ProgramSpec
     from pytest_sme2.judge.check import Policy
 
@@ -191,8 +192,6 @@ class Settings:
         """Every device × selected model × dtype × thread count, device by device and models in
         registration order; on an emulating device, each model as it runs there (its emulation
         params)."""
-        from pytest_sme2.devices.kinds import device_class
-
         known = {spec.name for spec in registered}
         unknown = [name for name in self.models if name not in known]
         if unknown:
@@ -206,9 +205,7 @@ class Settings:
             Case(spec, dtype, threads, many, device, fleet)
             for device in self.devices
             for spec in (
-                [s.for_emulation() for s in chosen]
-                if device_class(device.kind).emulates_cpu
-                else chosen
+                [s.for_emulation() for s in chosen] if device.kind.emulates_cpu else chosen
             )
             for dtype in self._dtypes(spec, headline_only=device.headline_only)
             for threads in self.threads
@@ -233,14 +230,20 @@ def _number(option: Option, raw: Any, cast: Callable[[str], Any]) -> Any:
 
 
 def fleet_specs(
-    get_option: Callable[[str], Any], get_ini: Callable[[str], Any]
+    get_option: Callable[[str], Any],
+    get_ini: Callable[[str], Any],
+    kinds: DeviceKinds,
+    platform: Platform | None = None,
 ) -> tuple[DeviceSpec, ...]:
-    """The session's devices: ``--sme2-device``, else the ini key ``sme2_devices``, else
-    ``sme2_device`` (default ``auto``: ``devices.spec.auto_specs``)."""
+    """The session's devices, each one of ``kinds``: ``--sme2-device``, else the ini key
+    ``sme2_devices``, else ``sme2_device`` (default ``auto``: ``devices.spec.auto_specs`` of
+    ``platform``, this machine unless given)."""
     from pytest_sme2.devices.spec import parse_device_specs
 
     return parse_device_specs(
-        get_option("sme2_device") or get_ini(FLEET_INI) or get_ini("sme2_device")
+        get_option("sme2_device") or get_ini(FLEET_INI) or get_ini("sme2_device"),
+        kinds,
+        platform=platform,
     )
 
 
@@ -296,15 +299,19 @@ def _calibrate_runs(values: dict[str, Any]) -> int:
 
 
 def resolve(
-    get_option: Callable[[str], Any], get_ini: Callable[[str], Any], rootdir: Path
+    get_option: Callable[[str], Any],
+    get_ini: Callable[[str], Any],
+    rootdir: Path,
+    kinds: DeviceKinds,
 ) -> Settings:
-    """Settings from command-line values (None when not given) falling back to ini values."""
+    """Settings from command-line values (None when not given) falling back to ini values; the
+    devices each one of ``kinds`` (the session's: ``DeviceKinds.from_hook``)."""
     values = _raw_values(get_option, get_ini)
     threads, dtypes = _threads(values), _dtypes(values)
     calibrate_runs = _calibrate_runs(values)
     artifacts, history = values["sme2_artifacts"], values["sme2_history"]
     return Settings(
-        devices=fleet_specs(get_option, get_ini),
+        devices=fleet_specs(get_option, get_ini, kinds),
         plan=MeasurePlan(
             runs=values["sme2_runs"],
             warmup=values["sme2_warmup"],

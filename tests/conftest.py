@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_sme2.cache import cache_root
-from pytest_sme2.devices.kinds import device_class
 from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
 
@@ -21,8 +20,7 @@ SHARED_CACHE = cache_root()
 def qemu_device() -> QemuSme2Device:
     """The qemu-sme2 device as the plugin builds it under ``--sme2-recount``, provisioned
     (cached): the tests that take it are of counting, so it counts every run."""
-    prepared = device_class("qemu-sme2").from_options(lambda dest: dest == "sme2_recount" or None)
-    assert isinstance(prepared, QemuSme2Device)
+    prepared = QemuSme2Device.from_options(lambda dest: dest == "sme2_recount" or None)
     prepared.prepare()
     return prepared
 

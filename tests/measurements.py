@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pytest_sme2.analysis.attribution import OperatorKernels
 from pytest_sme2.analysis.kernel_names import Isa, kernel_isa
@@ -19,7 +18,9 @@ from pytest_sme2.analysis.trace import Event, Run, Trace
 from pytest_sme2.devices.base import Device
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
-from pytest_sme2.measure.case import MeasurePlan, measure
+from pytest_sme2.measure.case import measure
+from pytest_sme2.measure.deadline import Deadline
+from pytest_sme2.measure.plan import CaseProgram, MeasurePlan
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.evidence import CpuSeen, Sme2Evidence
 from pytest_sme2.records.measurement import Measurement, VariantMeasurement
@@ -170,22 +171,22 @@ def counted_measurement(*, on_ops=ON_OPS, off_ops=OFF_OPS) -> Measurement:
 
 
 def measure_toy_cnn(
-    device: Device, plan: MeasurePlan, workdir: Path, **options: Any
+    device: Device,
+    plan: MeasurePlan,
+    workdir: Path,
+    *,
+    deadline: Deadline | None = None,
+    expected_outputs: Path | None = None,
 ) -> Measurement:
-    """toy_cnn fp32 really measured on ``device`` (``options``: deadline, expected outputs…)."""
+    """toy_cnn fp32 really measured on ``device`` (its outputs checked against
+    ``expected_outputs`` where given)."""
     import models  # noqa: F401  (registers toy_cnn)
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
-    return measure(
-        device,
-        model="toy_cnn",
-        dtype="fp32",
-        pte=artifact.pte,
-        inputs=artifact.inputs,
-        plan=plan,
-        workdir=workdir,
-        **options,
-    )
+    program = CaseProgram("toy_cnn", "fp32", artifact.pte, artifact.inputs)
+    if expected_outputs is not None:
+        program = replace(program, expected_outputs=expected_outputs)
+    return measure(device, program, plan, workdir, deadline=deadline)
 
 
 #: kernels ExecuTorch 1.5.1 ran on qemu-sme2 (a two-layer MLP, batch 8, SME2 on): int8-dynamic

@@ -100,15 +100,12 @@ def test_etrecord_names_the_backend_of_delegated_operators(tmp_path: Path, capsy
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.model_spec import get_model
     from pytest_sme2.runner.build import build_runner
-    from pytest_sme2.runner.invoke import RunPlan, run_runner
+    from pytest_sme2.runner.invoke import Executions, RunnerCall, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
     result = run_runner(
         build_runner("host"),
-        artifact.pte,
-        tmp_path,
-        RunPlan(runs=2, traced=True),
-        inputs=artifact.inputs,
+        RunnerCall(artifact.pte, artifact.inputs, Executions(runs=2, traced=True), tmp_path),
     )
     args = ["analyze", str(result.etdump), "--json", "--etrecord", str(artifact.etrecord)]
     assert main(args) == 0

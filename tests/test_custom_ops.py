@@ -27,7 +27,7 @@ from pytest_sme2.export.key import package_versions
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.from_files import load_test_dir
-from pytest_sme2.runner import RunPlan, build_runner, run_runner
+from pytest_sme2.runner import Executions, Launch, RunnerCall, build_runner, run_runner
 from pytest_sme2.runner.kernel_libraries import (
     custom_operators,
     host_custom_kernels,
@@ -120,19 +120,16 @@ def test_the_program_names_the_custom_operators_and_the_runner_loads_their_kerne
     runs, its logits finite, and the runner says what loading the library took."""
     assert custom_operators(custom_llama) == ("llama::custom_sdpa", "llama::update_cache")
     write_tensors(tmp_path / "inputs.tensors", [np.arange(1, 9).reshape(1, 8), np.array([0])])
-    runner, plan = build_runner("host"), RunPlan(runs=2, warmup=0)
+    runner, plan = build_runner("host"), Executions(runs=2, warmup=0)
     with pytest.raises(RunnerError, match=r"llama::custom_sdpa"):
         run_runner(
-            runner, custom_llama, tmp_path / "bare", plan, inputs=tmp_path / "inputs.tensors"
+            runner, RunnerCall(custom_llama, tmp_path / "inputs.tensors", plan, tmp_path / "bare")
         )
     libraries = libraries_for(custom_llama, host_custom_kernels)
     run = run_runner(
         runner,
-        custom_llama,
-        tmp_path / "loaded",
-        plan,
-        inputs=tmp_path / "inputs.tensors",
-        libraries=libraries,
+        RunnerCall(custom_llama, tmp_path / "inputs.tensors", plan, tmp_path / "loaded"),
+        Launch(libraries=libraries),
     )
     assert run.outputs is not None
     (logits,) = read_tensors(run.outputs)

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers toy_cnn)
+from pytest_sme2.devices.base import RunRequest
 from pytest_sme2.devices.host import HostDevice
-from pytest_sme2.devices.qemu import EMULATED_TIMEOUT_S
+from pytest_sme2.devices.qemu_guest import EMULATED_TIMEOUT_S
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load
 from pytest_sme2.measure.case import MeasurePlan
@@ -23,8 +24,7 @@ from pytest_sme2.measure.deadline import (
     Deadline,
     case_deadline,
 )
-from pytest_sme2.records.device import Variant
-from pytest_sme2.runner.invoke import DEFAULT_TIMEOUT_S, RunPlan, RunResult
+from pytest_sme2.runner.invoke import DEFAULT_TIMEOUT_S, Executions, RunResult
 from tests.measurements import EMULATOR, measure_toy_cnn
 
 BASELINES = Path(__file__).parent.parent / "baselines"
@@ -35,13 +35,11 @@ class RecordingHost(HostDevice):
 
     def __init__(self) -> None:
         super().__init__()
-        self.plans: list[RunPlan] = []
+        self.plans: list[Executions] = []
 
-    def run(
-        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
-    ) -> RunResult:
-        self.plans.append(plan)
-        return super().run(model, inputs, variant, plan, workdir)
+    def run(self, request: RunRequest) -> RunResult:
+        self.plans.append(request.executions)
+        return super().run(request)
 
 
 def test_nothing_known_leaves_each_call_to_its_device_and_the_option_wins() -> None:

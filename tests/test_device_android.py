@@ -23,6 +23,7 @@ from pytest_sme2.devices.android_bundle import (
     shim_compile_command,
 )
 from pytest_sme2.devices.android_shell import check_cpu_mask, parse_device_facts, shell_command
+from pytest_sme2.devices.base import RunRequest, evidence_request
 from pytest_sme2.devices.provision import QemuToolchain, provision_qemu
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export.exporter import Artifact, export_model
@@ -30,7 +31,7 @@ from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.measure.case import MeasurePlan
 from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import RunPlan, run_runner
+from pytest_sme2.runner.invoke import Executions, RunnerCall, run_runner
 from pytest_sme2.runner.tensors import read_tensors
 from tests.adb_double import configure, install
 from tests.measurements import measure_toy_cnn
@@ -208,15 +209,20 @@ def test_measure_runs_end_to_end_through_adb(
     assert len(read_etdump(off.etdump).runs) == 3  # 1 warm-up + 2 traced
     assert all(ms > 0 for ms in off.profile.e2e_ms)
     # the very outputs the runner computes locally with the same plan
-    same = RunPlan(runs=2, warmup=1, traced=True)
-    pinned = device.run(toy.pte, toy.inputs, Variant.OFF, same, tmp_path / "pinned")
+    same = Executions(runs=2, warmup=1, traced=True)
+    pinned = device.run(
+        RunRequest(toy.pte, toy.inputs, same, tmp_path / "pinned", variant=Variant.OFF)
+    )
     assert "taskset 1" in " ".join(pinned.command)
-    local = run_runner(host_runner, toy.pte, tmp_path / "local", same, inputs=toy.inputs)
+    local = run_runner(host_runner, RunnerCall(toy.pte, toy.inputs, same, tmp_path / "local"))
     assert off.outputs is not None and local.outputs is not None
     for a, b in zip(read_tensors(off.outputs), read_tensors(local.outputs), strict=True):
         np.testing.assert_array_equal(a, b)
     # a Release runner logs no kernels: no evidence, rather than a wrong one
-    assert device.evidence(toy.pte, toy.inputs, Variant.OFF, 1, tmp_path) is None
+    assert (
+        device.evidence(evidence_request(toy.pte, toy.inputs, tmp_path, variant=Variant.OFF))
+        is None
+    )
     assert not list((root / "data/local/tmp/pytest-sme2/runs").iterdir())  # cleaned up
 
 
@@ -228,7 +234,9 @@ def test_a_runner_crash_fails_with_the_signal_and_the_device_log(
     device.prepare()
     configure(root, kill_runner_with="SIGSEGV")
     with pytest.raises(RunnerError) as failure:
-        device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=20000), tmp_path)
+        device.run(
+            RunRequest(toy.pte, toy.inputs, Executions(runs=20000), tmp_path, variant=Variant.OFF)
+        )
     message = str(failure.value)
     assert f"runner killed by SIGSEGV on android device {SERIAL}" in message
     assert "\n" not in message
@@ -244,7 +252,9 @@ def test_a_failing_runner_reports_its_own_error(
     broken = tmp_path / "broken.pte"
     broken.write_bytes(toy.pte.read_bytes()[:4096])  # a truncated program
     with pytest.raises(RunnerError, match=r"runner failed \(exit 1\) on android device .*error:"):
-        device.run(broken, toy.inputs, Variant.OFF, RunPlan(runs=1), tmp_path)
+        device.run(
+            RunRequest(broken, toy.inputs, Executions(runs=1), tmp_path, variant=Variant.OFF)
+        )
 
 
 def test_a_connection_lost_mid_run_is_named(
@@ -255,7 +265,9 @@ def test_a_connection_lost_mid_run_is_named(
     device.prepare()
     configure(root, lose_during_run=True)
     with pytest.raises(RunnerError, match=f"lost the connection to android device {SERIAL}"):
-        device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=20000), tmp_path)
+        device.run(
+            RunRequest(toy.pte, toy.inputs, Executions(runs=20000), tmp_path, variant=Variant.OFF)
+        )
 
 
 def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_running(
@@ -267,7 +279,11 @@ def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_
     configure(root, hang_runner=True)
     started = time.monotonic()
     with pytest.raises(RunnerError) as failure:
-        device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=1, timeout_s=3), tmp_path)
+        device.run(
+            RunRequest(
+                toy.pte, toy.inputs, Executions(runs=1, timeout_s=3), tmp_path, variant=Variant.OFF
+            )
+        )
     assert time.monotonic() - started < 30
     message = str(failure.value)
     assert message.startswith(
@@ -280,7 +296,9 @@ def test_a_hung_shell_fails_at_the_deadline_as_hung_not_lost_and_leaves_nothing_
     # own as there, went only because it was killed through adb
     assert processes_mentioning(str(root)) == []
     # and the device is still usable: the next run goes through
-    assert device.run(toy.pte, toy.inputs, Variant.OFF, RunPlan(runs=1), tmp_path).latencies_ms
+    assert device.run(
+        RunRequest(toy.pte, toy.inputs, Executions(runs=1), tmp_path, variant=Variant.OFF)
+    ).latencies_ms
 
 
 def test_a_device_unplugged_while_pushing_is_named(
@@ -340,9 +358,11 @@ def test_sme2_on_and_off_on_a_phone_with_sme2(
     assert on.seen is not None and on.seen.sme2 and on.seen.svl_bytes
     assert off.seen is not None and not (off.seen.sme or off.seen.sme2)
     assert on.seen.source == off.seen.source == "getauxval(AT_HWCAP2)"
-    once = RunPlan(runs=1, warmup=0, traced=False)
+    once = Executions(runs=1, warmup=0, traced=False)
     for variant, preloaded in ((Variant.OFF, True), (Variant.ON, False)):
-        run = device.run(toy.pte, toy.inputs, variant, once, tmp_path / f"{variant}-once")
+        run = device.run(
+            RunRequest(toy.pte, toy.inputs, once, tmp_path / f"{variant}-once", variant=variant)
+        )
         assert ("LD_PRELOAD" in " ".join(run.command)) is preloaded
     assert on.outputs is not None and off.outputs is not None
     for a, b in zip(read_tensors(on.outputs), read_tensors(off.outputs), strict=True):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.devices import mac
+from pytest_sme2.devices.base import RunRequest, evidence_request
 from pytest_sme2.devices.mac import (
     DYLD_INSERT,
     SHIM_SOURCE,
@@ -28,7 +29,7 @@ from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import RunPlan
+from pytest_sme2.runner.invoke import Executions
 
 # `sysctl machdep.cpu.brand_string hw.model ... hw.optional.arm.FEAT_SME2` on a Mac mini M4
 # (macOS 15) and on a MacBook Air M3 with a macOS that does not know the SME keys yet.
@@ -114,9 +115,16 @@ def test_a_mac_without_sme2_runs_sme2_off_only(
     assert info.variants == (Variant.OFF,) and not info.has_sme2
     assert info.limits["speedup"].startswith("Apple M3 (Mac15,12) has no SME2")
     artifact = export_model(get_model("toy_cnn"), "fp32")
-    result = device.run(artifact.pte, artifact.inputs, Variant.OFF, RunPlan(runs=2), tmp_path)
+    result = device.run(
+        RunRequest(artifact.pte, artifact.inputs, Executions(runs=2), tmp_path, variant=Variant.OFF)
+    )
     assert len(result.latencies_ms) == 2 and DYLD_INSERT not in " ".join(result.command)
-    assert device.evidence(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path) is None
+    assert (
+        device.evidence(
+            evidence_request(artifact.pte, artifact.inputs, tmp_path, variant=Variant.OFF)
+        )
+        is None
+    )
 
 
 def test_a_runner_pair_needs_no_shim(as_a_mac: pytest.MonkeyPatch, tmp_path: Path) -> None:

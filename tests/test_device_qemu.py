@@ -17,21 +17,18 @@ import pytest
 
 from pytest_sme2.analysis.kernel_names import is_unnamed_code
 from pytest_sme2.analysis.trace import read_etdump
+from pytest_sme2.devices.base import EVIDENCE_WARMUP, RunRequest, evidence_request
 from pytest_sme2.devices.log_fifo import read_while
 from pytest_sme2.devices.provision import QemuToolchain, provision_qemu, qemu_command
-from pytest_sme2.devices.qemu import (
-    COUNTED_WARMUP,
-    DEFAULT_SME_VECTOR_LENGTH,
-    EVIDENCE_SOURCE,
-    QemuSme2Device,
-)
+from pytest_sme2.devices.qemu import DEFAULT_SME_VECTOR_LENGTH, QemuSme2Device
+from pytest_sme2.devices.qemu_count import EVIDENCE_SOURCE
 from pytest_sme2.devices.qemu_log import count_calls, count_instructions
 from pytest_sme2.errors import ConfigError, RunnerError, TraceError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.measure.case import MeasurePlan
 from pytest_sme2.records.device import Variant
-from pytest_sme2.runner.invoke import RunPlan
+from pytest_sme2.runner.invoke import Executions
 from pytest_sme2.runner.tensors import read_tensors
 from tests.measurements import measure_toy_cnn
 
@@ -180,8 +177,12 @@ def test_sme2_on_runs_sme2_kernels_and_fewer_instructions(
     qemu_device: QemuSme2Device, dtype: str, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn"), dtype)
-    on = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "on")
-    off = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "off")
+    on = qemu_device.evidence(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "on", variant=Variant.ON)
+    )
+    off = qemu_device.evidence(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "off", variant=Variant.OFF)
+    )
     assert on.source == off.source == EVIDENCE_SOURCE
     assert on.sme2_kernels and all(k.startswith("kai_kernel_") for k in on.sme2_kernels)
     assert on.sme_instructions and on.instructions
@@ -215,15 +216,23 @@ def test_the_counted_run_is_a_traced_run_with_the_inferences_outputs(
     """Its ETDump holds the warm-up and the counted execution, its count is the last one's, and
     its outputs are what a plain run computes."""
     artifact = export_model(get_model("toy_cnn"), "fp32")
-    counted = qemu_device.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "c")
+    counted = qemu_device.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "c", variant=Variant.ON)
+    )
     run, evidence = counted
-    assert run.traced and run.warmup == COUNTED_WARMUP and run.etdump is not None
-    assert len(read_etdump(run.etdump).runs) == COUNTED_WARMUP + 1
+    assert run.traced and run.warmup == EVIDENCE_WARMUP and run.etdump is not None
+    assert len(read_etdump(run.etdump).runs) == EVIDENCE_WARMUP + 1
     assert evidence.instruction_trace is not None
     assert evidence.instructions == evidence.instruction_trace.runs[0].e2e_ns > 0
     assert evidence.init_instructions and evidence.sme2_kernels
     plain = qemu_device.run(
-        artifact.pte, artifact.inputs, Variant.ON, RunPlan(runs=1, warmup=0), tmp_path / "plain"
+        RunRequest(
+            artifact.pte,
+            artifact.inputs,
+            Executions(runs=1, warmup=0),
+            tmp_path / "plain",
+            variant=Variant.ON,
+        )
     )
     assert run.outputs is not None and plain.outputs is not None
     for a, b in zip(read_tensors(run.outputs), read_tensors(plain.outputs), strict=True):
@@ -237,7 +246,9 @@ def test_a_failing_run_fails_the_evidence_without_hanging(
     not_a_model.write_bytes(b"not a program")
     artifact = export_model(get_model("toy_cnn"), "fp32")
     with pytest.raises(RunnerError, match="not an ExecuTorch program"):
-        qemu_device.evidence(not_a_model, artifact.inputs, Variant.ON, 1, tmp_path)
+        qemu_device.evidence(
+            evidence_request(not_a_model, artifact.inputs, tmp_path, variant=Variant.ON)
+        )
 
 
 def test_a_writer_that_never_starts_does_not_block_the_reader(tmp_path: Path) -> None:
@@ -255,9 +266,13 @@ def test_run_uses_the_same_binary_for_both_variants(
     qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn"), "int8")
-    plan = RunPlan(runs=1, warmup=0)
-    on = qemu_device.run(artifact.pte, artifact.inputs, Variant.ON, plan, tmp_path / "on")
-    off = qemu_device.run(artifact.pte, artifact.inputs, Variant.OFF, plan, tmp_path / "off")
+    plan = Executions(runs=1, warmup=0)
+    on = qemu_device.run(
+        RunRequest(artifact.pte, artifact.inputs, plan, tmp_path / "on", variant=Variant.ON)
+    )
+    off = qemu_device.run(
+        RunRequest(artifact.pte, artifact.inputs, plan, tmp_path / "off", variant=Variant.OFF)
+    )
     runner = [word for word in on.command if word.endswith("sme2_runner")]
     assert runner and runner == [word for word in off.command if word.endswith("sme2_runner")]
     assert any("hide_sme.so" in word for word in off.command)

@@ -1,4 +1,5 @@
-"""Device specs (``KIND[:KEY=VALUE…]``): parsing, their names, and keys that are real options."""
+"""Device specs (``KIND[:KEY=VALUE…]``): parsing, their names, keys that are real options, and the
+default (``auto``) on every kind of machine."""
 
 from __future__ import annotations
 
@@ -8,20 +9,34 @@ from typing import Any
 
 import pytest
 
-from pytest_sme2.devices.kinds import DEVICE_CLASSES
-from pytest_sme2.devices.spec import DeviceSpec, parse_device_specs
+from pytest_sme2.devices.android import AndroidDevice
+from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.devices.kinds import BUILT_IN_KINDS, DeviceKinds
+from pytest_sme2.devices.mac import MacDevice
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.spec import DeviceSpec, Platform, auto_specs, parse_device_specs
 from pytest_sme2.errors import ConfigError
+from pytest_sme2.settings import fleet_specs
+
+pytest_plugins = ["pytester"]
+
+KINDS = BUILT_IN_KINDS
+X86_LINUX = Platform("Linux", "x86_64", frozenset({"avx2", "sse4_2"}))
+SME2_LINUX = Platform("Linux", "aarch64", frozenset({"asimd", "sme", "sme2"}))
+APPLE_SILICON = Platform("Darwin", "arm64")
+
+
+def parse(text: str, platform: Platform = X86_LINUX) -> tuple[DeviceSpec, ...]:
+    return parse_device_specs(text, KINDS, platform=platform)
 
 
 def test_a_fleet_parses_in_order_with_each_devices_options() -> None:
-    specs = parse_device_specs(
-        "qemu-sme2:vl=32, qemu-sme2:vl=64,android:serial=R5CX:cpu-mask=80,mac"
-    )
+    specs = parse("qemu-sme2:vl=32, qemu-sme2:vl=64,android:serial=R5CX:cpu-mask=80,mac")
     assert specs == (
-        DeviceSpec("qemu-sme2", (("vl", "32"),)),
-        DeviceSpec("qemu-sme2", (("vl", "64"),)),
-        DeviceSpec("android", (("serial", "R5CX"), ("cpu-mask", "80"))),
-        DeviceSpec("mac"),
+        DeviceSpec(QemuSme2Device, (("vl", "32"),)),
+        DeviceSpec(QemuSme2Device, (("vl", "64"),)),
+        DeviceSpec(AndroidDevice, (("serial", "R5CX"), ("cpu-mask", "80"))),
+        DeviceSpec(MacDevice),
     )
     assert [spec.id for spec in specs] == [
         "qemu-sme2:vl=32",
@@ -36,11 +51,11 @@ def test_a_fleet_parses_in_order_with_each_devices_options() -> None:
 
 def test_a_specs_key_wins_over_the_flag_which_stays_the_default() -> None:
     flags = {"sme2_qemu_vl": "16", "sme2_qemu": "/opt/qemu-aarch64"}.get
-    (vl64,) = parse_device_specs("qemu-sme2:vl=64")
+    (vl64,) = parse("qemu-sme2:vl=64")
     get = vl64.getter(flags)
     assert get("sme2_qemu_vl") == "64" and get("sme2_qemu") == "/opt/qemu-aarch64"
-    assert DeviceSpec("qemu-sme2").getter(flags)("sme2_qemu_vl") == "16"
-    device = DEVICE_CLASSES["qemu-sme2"].from_options(get)
+    assert DeviceSpec(QemuSme2Device).getter(flags)("sme2_qemu_vl") == "16"
+    device = vl64.kind.from_options(get)
     assert device.sme_vector_length == 64  # type: ignore[attr-defined]
 
 
@@ -58,65 +73,76 @@ def test_a_specs_key_wins_over_the_flag_which_stays_the_default() -> None:
 )
 def test_a_bad_spec_is_one_line_naming_the_option(text: str, says: str) -> None:
     with pytest.raises(ConfigError, match="--sme2-device") as failure:
-        parse_device_specs(text)
+        parse(text)
     assert says in str(failure.value)
 
 
-@pytest.mark.parametrize("kind", sorted(DEVICE_CLASSES))
+@pytest.mark.parametrize("kind", sorted(KINDS.by_name))
 def test_every_spec_key_is_one_of_the_devices_own_options(kind: str) -> None:
     dests: set[str] = set()
 
     def add(*flags: str, **settings: Any) -> None:
         dests.add(settings["dest"])
 
-    DEVICE_CLASSES[kind].add_options(add)
-    assert set(DEVICE_CLASSES[kind].spec_keys.values()) <= dests
+    KINDS[kind].add_options(add)
+    assert set(KINDS[kind].spec_keys.values()) <= dests
 
 
 def test_a_value_may_hold_a_colon_as_adb_over_tcp_serials_do() -> None:
-    (phone,) = parse_device_specs("android:serial=192.168.1.5:5555:cpu-mask=80")
+    (phone,) = parse("android:serial=192.168.1.5:5555:cpu-mask=80")
     assert phone.options == (("serial", "192.168.1.5:5555"), ("cpu-mask", "80"))
     assert phone.id == "android:serial=192.168.1.5:5555:cpu-mask=80"
     assert phone.directory == "android@serial=192.168.1.5@5555@cpu-mask=80"
 
 
-X86_LINUX = ("Linux", "x86_64", {"avx2", "sse4_2"})
-
-
 def test_auto_adds_the_emulated_sme2_device_on_a_cpu_without_sme2() -> None:
     """Where users meet the plugin first (x86 laptops and CI): the host, and qemu-sme2 for each
     model's headline dtype, so the first report shows SME2; a machine with SME2 measures it."""
-    from pytest_sme2.devices.spec import auto_specs
-
-    host, emulated = auto_specs(*X86_LINUX)
-    assert host == DeviceSpec("host")
+    host, emulated = auto_specs(KINDS, X86_LINUX)
+    assert host == DeviceSpec(HostDevice)
     assert (emulated.id, emulated.headline_only) == ("qemu-sme2", True)
     assert emulated.added_by.startswith("--sme2-device=auto adds the emulated SME2 device")
     assert emulated.directory == "qemu-sme2"  # the committed baselines of qemu-sme2 serve it
-    assert auto_specs("Linux", "aarch64", {"asimd", "sme", "sme2"}) == (DeviceSpec("host"),)
-    assert auto_specs("Darwin", "arm64", set()) == (DeviceSpec("mac"),)
+    assert auto_specs(KINDS, SME2_LINUX) == (DeviceSpec(HostDevice),)
+    assert auto_specs(KINDS, APPLE_SILICON) == (DeviceSpec(MacDevice),)
     # no Debian x86-64 qemu to provision: the host alone
-    assert auto_specs("Linux", "aarch64", {"asimd"}) == (DeviceSpec("host"),)
-    assert auto_specs("Windows", "AMD64", set()) == (DeviceSpec("host"),)
+    assert auto_specs(KINDS, Platform("Linux", "aarch64", frozenset({"asimd"}))) == (
+        DeviceSpec(HostDevice),
+    )
+    assert auto_specs(KINDS, Platform("Windows", "AMD64")) == (DeviceSpec(HostDevice),)
 
 
-def test_auto_beside_named_devices_gives_way_to_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_sme2.devices import spec as spec_module
-
-    monkeypatch.setattr(spec_module, "cpu_flags", lambda: X86_LINUX[2])
-    monkeypatch.setattr(spec_module.platform, "system", lambda: "Linux")
-    monkeypatch.setattr(spec_module.platform, "machine", lambda: "x86_64")
-    assert [s.id for s in parse_device_specs("auto")] == ["host", "qemu-sme2"]
+def test_auto_beside_named_devices_gives_way_to_them() -> None:
+    assert [s.id for s in parse("auto")] == ["host", "qemu-sme2"]
     # qemu-sme2 named: every dtype of it, once
-    (host, named) = parse_device_specs("auto,qemu-sme2")
-    assert host.id == "host" and named == DeviceSpec("qemu-sme2")
-    assert [s.id for s in parse_device_specs("qemu-sme2:vl=64,auto")] == [
-        "qemu-sme2:vl=64",
-        "host",
-        "qemu-sme2",
-    ]
+    (host, named) = parse("auto,qemu-sme2")
+    assert host.id == "host" and named == DeviceSpec(QemuSme2Device)
+    assert [s.id for s in parse("qemu-sme2:vl=64,auto")] == ["qemu-sme2:vl=64", "host", "qemu-sme2"]
     with pytest.raises(ConfigError, match="'host' is listed twice"):
-        parse_device_specs("host,auto")
+        parse("host,auto")
+
+
+@pytest.mark.parametrize(
+    ("machine", "devices"),
+    [(APPLE_SILICON, ["mac"]), (X86_LINUX, ["host", "qemu-sme2"]), (SME2_LINUX, ["host"])],
+    ids=["mac", "x86-64 linux", "sme2 linux"],
+)
+def test_the_default_device_is_auto_on_every_kind_of_machine(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    machine: Platform,
+    devices: list[str],
+) -> None:
+    """The plugin's options as pytest parses them with nothing given (no flag, no ini, not this
+    suite's ``--sme2-device=host`` for inner sessions): the fleet is ``auto``'s for each machine,
+    whatever machine runs this test."""
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    config = pytester.parseconfig()
+    assert config.getoption("sme2_device") is None
+    kinds = DeviceKinds.from_hook(config.hook)
+    default = fleet_specs(config.getoption, config.getini, kinds, machine)
+    assert default == auto_specs(kinds, machine)
+    assert [spec.id for spec in default] == devices
 
 
 def test_a_headline_only_device_takes_each_models_first_selected_dtype() -> None:
@@ -126,10 +152,10 @@ def test_a_headline_only_device_takes_each_models_first_selected_dtype() -> None
     ini = {option.dest: option.default for option in OPTIONS}
 
     def settings(dtypes: tuple[str, ...]) -> Settings:
-        base = resolve(lambda dest: None, lambda key: ini.get(key, ""), Path("."))  # defaults
+        defaults = resolve(lambda dest: None, lambda key: ini.get(key, ""), Path("."), KINDS)
         return dataclasses.replace(
-            base,
-            devices=(DeviceSpec("host"), DeviceSpec("qemu-sme2", headline_only=True)),
+            defaults,
+            devices=(DeviceSpec(HostDevice), DeviceSpec(QemuSme2Device, headline_only=True)),
             dtypes=dtypes,
         )
 

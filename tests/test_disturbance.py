@@ -247,19 +247,16 @@ def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
     and it says so; CPU time never exceeds the wall clock."""
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.model_spec import get_model
-    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+    from pytest_sme2.runner import Executions, Launch, RunnerCall, build_runner, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
     cpu = min(os.sched_getaffinity(0))
-    plan = RunPlan(runs=30, warmup=1, threads=1)
+    plan = Executions(runs=30, warmup=1, threads=1)
     with spinners(2, seconds=30.0, cpu=cpu):
         busy = run_runner(
             build_runner(),
-            artifact.pte,
-            tmp_path / "busy",
-            plan,
-            inputs=artifact.inputs,
-            prefix=["taskset", "-c", str(cpu)],
+            RunnerCall(artifact.pte, artifact.inputs, plan, tmp_path / "busy"),
+            Launch(prefix=["taskset", "-c", str(cpu)]),
         )
     assert len(busy.preemptions) == len(busy.cpu_ms) == 30
     lost = [i for i, p in enumerate(busy.preemptions) if p]

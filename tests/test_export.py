@@ -219,11 +219,13 @@ def test_fp16_layernorm_is_judged_by_its_numbers(width: int, export_cache: Path)
 
 def test_etrecord_lets_inspector_name_delegated_events(tmp_path: Path) -> None:
     """The ETRecord beside the .pte maps a real ETDump's XNNPACK events to their backend."""
-    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+    from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
-    plan = RunPlan(runs=1, warmup=0, traced=True)
-    result = run_runner(build_runner("host"), artifact.pte, tmp_path, plan, inputs=artifact.inputs)
+    plan = Executions(runs=1, warmup=0, traced=True)
+    result = run_runner(
+        build_runner("host"), RunnerCall(artifact.pte, artifact.inputs, plan, tmp_path)
+    )
     inspector = pytest.importorskip("executorch.devtools").Inspector
     frame = inspector(
         etdump_path=str(result.etdump), etrecord=str(artifact.etrecord)

@@ -98,7 +98,7 @@ def hanging_qemu(tmp_path: Path, qemu_device, marker: str) -> Path:
         # runs are isolated: the run directory's model.pte links to the program
         f'case "$(readlink -f model.pte 2>/dev/null)" in *hangs_xnnpack*) exec sleep {marker};; '
         "esac\n"
-        f'exec {qemu_device._prepared()[0].qemu} "$@"\n'
+        f'exec {qemu_device.guest.toolchain.qemu} "$@"\n'
     )
     wrapper.chmod(0o755)
     return wrapper
@@ -215,7 +215,7 @@ def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         FAULTY_QEMU.format(
-            python=sys.executable, real=str(qemu_device._prepared()[0].qemu), faults=FAULTS
+            python=sys.executable, real=str(qemu_device.guest.toolchain.qemu), faults=FAULTS
         )
     )
     wrapper.chmod(0o755)
@@ -441,7 +441,7 @@ def test_a_qemu_that_hangs_on_every_call_fails_the_case_naming_the_probe_within_
     """It answers --version and hangs on anything else, the hwcap probe included: the probe's
     own deadline (seconds), not the 900 s of a build, names it."""
     marker = "3600.5734"
-    real = qemu_device._prepared()[0].qemu
+    real = qemu_device.guest.toolchain.qemu
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\nexec sleep {marker}\n'

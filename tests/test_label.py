@@ -40,7 +40,7 @@ os.execv(REAL, [REAL, *args])
 def test_a_run_that_sees_the_opposite_of_its_label_fails_naming_what_it_saw(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, qemu_device
 ) -> None:
-    toolchain = qemu_device._prepared()[0]
+    toolchain = qemu_device.guest.toolchain
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         LYING_QEMU.format(python=sys.executable, real=str(toolchain.qemu), shim=str(toolchain.shim))

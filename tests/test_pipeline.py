@@ -18,7 +18,7 @@ from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export.exporter import Artifact, export_model
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import RunPlan, run_runner
+from pytest_sme2.runner.invoke import Executions, RunnerCall, run_runner
 from tests.known_failures import example_cases, expect_known
 
 CASES = example_cases()
@@ -48,10 +48,12 @@ def test_export_run_and_analysis_agree_with_inspector(spec, dtype, inspector_cls
     artifact = exported(spec, dtype)
     result = run_runner(
         build_runner("host"),
-        artifact.pte,
-        tmp_path,
-        RunPlan(runs=RUNS, warmup=WARMUP, threads=1, traced=True),
-        inputs=artifact.inputs,
+        RunnerCall(
+            artifact.pte,
+            artifact.inputs,
+            Executions(runs=RUNS, warmup=WARMUP, threads=1, traced=True),
+            tmp_path,
+        ),
     )
     trace = read_etdump(result.etdump)
     assert len(trace.runs) == RUNS + WARMUP

@@ -33,7 +33,7 @@ from pytest_sme2.export import program_files
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.from_files import load_test_dir
-from pytest_sme2.runner import RunPlan, build_runner, run_runner
+from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 
 pytest_plugins = ["pytester"]
@@ -149,10 +149,12 @@ def _export_llama(out: Path) -> None:
     write_tensors(out / "inputs.tensors", [np.array([[1]]), np.array([0])])
     run = run_runner(
         build_runner("host"),
-        out / "tiny_llama.pte",
-        out / "run",
-        RunPlan(runs=1, warmup=0),
-        inputs=out / "inputs.tensors",
+        RunnerCall(
+            out / "tiny_llama.pte",
+            out / "inputs.tensors",
+            Executions(runs=1, warmup=0),
+            out / "run",
+        ),
     )
     assert run.outputs is not None
     np.save(out / "logits.npy", read_tensors(run.outputs)[0])

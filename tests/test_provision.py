@@ -38,7 +38,7 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import RunPlan, run_runner
+from pytest_sme2.runner.invoke import Executions, Launch, RunnerCall, run_runner
 from pytest_sme2.runner.tensors import read_tensors
 
 # The SME bits of Linux arch/arm64/include/uapi/asm/hwcap.h that qemu's -cpu max sets.
@@ -178,15 +178,11 @@ def _run(
 ) -> tuple[list[str], list[np.ndarray]]:
     """Run toy_cnn × ``dtype`` once, traced: its delegated event names and its outputs."""
     artifact = export_model(get_model("toy_cnn"), dtype)
-    plan = RunPlan(runs=1, warmup=0, traced=True)
+    plan = Executions(runs=1, warmup=0, traced=True)
     result = run_runner(
         runner,
-        artifact.pte,
-        workdir,
-        plan,
-        inputs=artifact.inputs,
-        prefix=prefix,
-        default_timeout_s=900,
+        RunnerCall(artifact.pte, artifact.inputs, plan, workdir),
+        Launch(prefix=prefix, default_timeout_s=900),
     )
     assert result.etdump is not None and result.outputs is not None
     trace = read_etdump(result.etdump)
@@ -204,13 +200,8 @@ def test_the_guest_reads_its_cpus_from_the_fixed_view_not_the_host(
     prefix = [*qemu_command(toolchain, sme2=True), "-strace"]
     result = run_runner(
         aarch64_runner,
-        artifact.pte,
-        tmp_path,
-        RunPlan(runs=1, warmup=0),
-        inputs=artifact.inputs,
-        prefix=prefix,
-        isolated=True,
-        default_timeout_s=900,
+        RunnerCall(artifact.pte, artifact.inputs, Executions(runs=1, warmup=0), tmp_path),
+        Launch(prefix=prefix, isolated=True, default_timeout_s=900),
     )
     opened = set(re.findall(r'openat\(AT_FDCWD,"(/sys/devices/system/cpu/[^"]+)"', result.log))
     assert {"/sys/devices/system/cpu/possible", "/sys/devices/system/cpu/kernel_max"} <= opened

@@ -22,11 +22,13 @@ from pytest_sme2.analysis.categories import is_leaf
 from pytest_sme2.analysis.profile import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
 from pytest_sme2.analysis.trace import Trace, read_etdump
 from pytest_sme2.cache import cache_root
-from pytest_sme2.devices.qemu import COUNTED_WARMUP, QemuSme2Device
+from pytest_sme2.devices.base import EVIDENCE_WARMUP, RunRequest, evidence_request
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.devices.qemu_count import count_executions
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.records.device import Variant
-from pytest_sme2.runner.invoke import RunPlan
+from pytest_sme2.runner.invoke import Executions
 
 pytest_plugins = ["pytester"]
 
@@ -46,10 +48,17 @@ def test_two_unchanged_runs_count_the_same_per_operator(
     caller's environment are longer: both used to move libc's work in the runner by 10–200
     instructions (paths on its heap, the environment on its stack)."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    first = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "a")
+    first = qemu_device.evidence(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON)
+    )
     monkeypatch.setenv("SME2_TEST_PADDING", "x" * 77)
     second = qemu_device.evidence(
-        artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / ("a-much-longer-directory" * 3)
+        evidence_request(
+            artifact.pte,
+            artifact.inputs,
+            tmp_path / ("a-much-longer-directory" * 3),
+            variant=Variant.ON,
+        )
     )
     assert first.instruction_trace is not None and second.instruction_trace is not None
     assert first.instructions == second.instructions
@@ -86,20 +95,24 @@ def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
     qemu's /proc/cpuinfo of 8 entries) init and inference count what they count on this one.
     Without the view, init moved by 500 instructions and the inference by 10."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    here = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "here")
+    here = qemu_device.evidence(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "here", variant=Variant.ON)
+    )
     online, kernel_max = tmp_path / "online", tmp_path / "kernel_max"
     online.write_text("0-7\n")
     kernel_max.write_text("8191\n")
-    prefix = qemu_device._prefix
+    prefix = qemu_device.guest.prefix
     monkeypatch.setattr(
-        qemu_device,
-        "_prefix",
+        qemu_device.guest,
+        "prefix",
         lambda variant, exec_log=None, layout=None: [
             *("unshare", "-m", "sh", "-c", _EIGHT_CPU_HOST, str(online), str(kernel_max)),
             *prefix(variant, exec_log, layout),
         ],
     )
-    there = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "there")
+    there = qemu_device.evidence(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "there", variant=Variant.ON)
+    )
     assert (there.instructions, there.init_instructions) == (
         here.instructions,
         here.init_instructions,
@@ -111,19 +124,19 @@ def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
 def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
     qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
-    """Why the counted run has a warm-up (``COUNTED_WARMUP``): execution 1 runs XNNPACK's
+    """Why the counted run has a warm-up (``EVIDENCE_WARMUP``): execution 1 runs XNNPACK's
     runtime set-up and binds symbols lazily inside operators; from execution 2 on, every
     operator counts the same. Should a runtime upgrade make 1 equal 2, this fails and the
     warm-up can go."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    plan = RunPlan(runs=2, warmup=1, traced=True)
-    run, executions, init = qemu_device.count_executions(
-        artifact.pte, artifact.inputs, Variant.ON, plan, tmp_path
-    )
-    assert run.etdump is not None and init is not None and len(executions) == 3
-    trace = read_etdump(run.etdump)
+    plan = Executions(runs=2, warmup=1, traced=True)
+    request = RunRequest(artifact.pte, artifact.inputs, plan, tmp_path, variant=Variant.ON)
+    counted = count_executions(qemu_device.guest, request)
+    assert counted.run.etdump is not None and counted.init is not None
+    assert len(counted.executions) == 3
+    trace = read_etdump(counted.run.etdump)
     first, second, third = (
-        instruction_trace(trace, i, count.clock_reads) for i, count in enumerate(executions)
+        instruction_trace(trace, i, count.clock_reads) for i, count in enumerate(counted.executions)
     )
     assert first.runs[0].e2e_ns > second.runs[0].e2e_ns * 1.1  # set-up outside any operator
 
@@ -132,7 +145,7 @@ def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
 
     assert leaves(first) != leaves(second)  # lazy binding, first-call paths
     assert leaves(second) == leaves(third)
-    assert COUNTED_WARMUP == 1
+    assert EVIDENCE_WARMUP == 1
 
 
 def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
@@ -141,7 +154,7 @@ def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
     artifact = export_model(get_model("toy_cnn").for_emulation(), "int8")
     for variant in (Variant.ON, Variant.OFF):
         evidence = qemu_device.evidence(
-            artifact.pte, artifact.inputs, variant, 1, tmp_path / variant
+            evidence_request(artifact.pte, artifact.inputs, tmp_path / variant, variant=variant)
         )
         assert evidence.instruction_trace is not None
         prof = profile(evidence.instruction_trace, unit=INSTRUCTIONS)
@@ -163,7 +176,7 @@ def test_instruction_shares_are_as_committed(
     stored = json.loads((REPO / "baselines" / "qemu-sme2" / f"{model}-fp32.json").read_text())
     for variant in (Variant.ON, Variant.OFF):
         evidence = qemu_device.evidence(
-            artifact.pte, artifact.inputs, variant, 1, tmp_path / variant
+            evidence_request(artifact.pte, artifact.inputs, tmp_path / variant, variant=variant)
         )
         assert evidence.instruction_trace is not None
         shares = profile(evidence.instruction_trace, unit=INSTRUCTIONS).shares
@@ -185,8 +198,6 @@ from torch import nn
 
 from pytest_sme2 import register_model
 
-WIDTH = int(os.environ.get("GROW_WIDTH", "50"))
-
 
 class Grow(nn.Module):
     """Two convolutions over the whole image: work grows with the width, operators do not."""
@@ -202,14 +213,21 @@ class Grow(nn.Module):
         return self.fc(y.mean(dim=(2, 3)))
 
 
-def grow_inputs(seed):
-    return (torch.randn(1, 3, 24, WIDTH, generator=torch.Generator().manual_seed(seed)),)
+def grow(name):
+    # the model as ``name``, on images GROW_<NAME> pixels wide (default 50)
+    width = int(os.environ.get(f"GROW_{name.upper()}", "50"))
+
+    def inputs(seed):
+        return (torch.randn(1, 3, 24, width, generator=torch.Generator().manual_seed(seed)),)
+
+    @register_model(name, inputs=inputs, dtypes=("fp32",))
+    def build():
+        torch.manual_seed(0)
+        return Grow().eval()
 
 
-@register_model("grow", inputs=grow_inputs, dtypes=("fp32",))
-def grow():
-    torch.manual_seed(0)
-    return Grow().eval()
+for name in ("same", "plus2", "plus6"):
+    grow(name)
 '''
 
 USER_TEST = """
@@ -221,6 +239,9 @@ def test_model(sme2_measurement, sme2_judge):
 def test_a_little_more_work_fails_naming_the_variant_the_change_and_what_grew(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Three copies of one model recorded at one width; then one unchanged, one +2 % and one +6 %
+    of the pixels wider, freshly exported: the unchanged one passes, the others fail naming the
+    variant, the change and the operator that grew."""
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     pytester.makeconftest(USER_CONFTEST)
     pytester.makepyfile(test_grow=USER_TEST)
@@ -231,27 +252,22 @@ def test_a_little_more_work_fails_naming_the_variant_the_change_and_what_grew(
         "--sme2-device=qemu-sme2",
         f"--sme2-baseline-dir={baselines}",
     )
-
-    def run(width: int, *extra: str) -> pytest.RunResult:
-        monkeypatch.setenv("GROW_WIDTH", str(width))
-        return pytester.runpytest_subprocess(*args, *extra, timeout=900)
-
-    run(50, "--sme2-update-baselines").assert_outcomes(passed=1)
-    stored = json.loads(next(baselines.rglob("grow-fp32*.json")).read_text())
+    recorded = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=900)
+    recorded.assert_outcomes(passed=3)
+    stored = json.loads((baselines / "qemu-sme2" / "same-fp32.json").read_text())
     assert stored["variants"]["sme2-on"]["operator_instructions"]
     assert stored["variants"]["sme2-on"]["instruction_shares"]
 
-    run(50).assert_outcomes(passed=1)  # unchanged: never fails
-
-    for width in (51, 53):  # +2 % and +6 % of the pixels, freshly exported
-        result = run(width)
-        result.assert_outcomes(failed=1)
-        result.stdout.re_match_lines(
-            [
-                r".*instructions of grow\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
-                r"per inference \(\+\d+\.\d\d%\), beyond the 1% tolerance; grew: .*"
-                r"Convolution \(NHWC, PF32\) IGEMM.*",
-                r".*instructions of grow\[fp32\] on qemu-sme2 \(sme2-off\) rose .*",
-            ],
-            consecutive=False,
-        )
+    monkeypatch.setenv("GROW_PLUS2", "51")
+    monkeypatch.setenv("GROW_PLUS6", "53")
+    result = pytester.runpytest_subprocess(*args, timeout=900)
+    result.assert_outcomes(passed=1, failed=2)  # the unchanged one never fails
+    lines = []
+    for name in ("plus2", "plus6"):
+        lines += [
+            rf".*instructions of {name}\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
+            r"per inference \(\+\d+\.\d\d%\), beyond the 1% tolerance; grew: .*"
+            r"Convolution \(NHWC, PF32\) IGEMM.*",
+            rf".*instructions of {name}\[fp32\] on qemu-sme2 \(sme2-off\) rose .*",
+        ]
+    result.stdout.re_match_lines(lines, consecutive=False)

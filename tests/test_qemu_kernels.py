@@ -20,6 +20,7 @@ from pytest_sme2.analysis.kernel_names import KERNEL_CSV_COLUMNS, Isa, kernel_is
 from pytest_sme2.analysis.kernels import PACKING, kernel_role, kernels_frame, layers_without_sme2
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
+from pytest_sme2.devices.base import evidence_request
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec, get_model
@@ -44,7 +45,7 @@ def test_each_operators_kernels_sum_to_its_instructions_and_show_sme2_where_pack
     packed_on = 0
     for variant in (Variant.ON, Variant.OFF):
         evidence = qemu_device.evidence(
-            artifact.pte, artifact.inputs, variant, 1, tmp_path / variant
+            evidence_request(artifact.pte, artifact.inputs, tmp_path / variant, variant=variant)
         )
         assert evidence.instruction_trace is not None
         leaves = [
@@ -78,7 +79,9 @@ def test_a_packed_convolution_shows_its_packing_beside_its_matmul(
 ) -> None:
     """The kernel view's point: data movement hidden inside a "Convolution" is counted."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    evidence = qemu_device.evidence(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path)
+    evidence = qemu_device.evidence(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path, variant=Variant.ON)
+    )
     convolutions = [
         op
         for op in evidence.operator_kernels
@@ -122,7 +125,9 @@ def _mlp_measured(qemu_device: QemuSme2Device, dtype: str, workdir: Path) -> Mea
     artifact = export_model(MLP, dtype)
     variants = {}
     for v in (Variant.ON, Variant.OFF):
-        evidence = qemu_device.evidence(artifact.pte, artifact.inputs, v, 1, workdir / v)
+        evidence = qemu_device.evidence(
+            evidence_request(artifact.pte, artifact.inputs, workdir / v, variant=v)
+        )
         assert evidence.instruction_trace is not None
         counted = profile(evidence.instruction_trace, unit=INSTRUCTIONS)
         variants[v] = replace(variant_measurement(v, (), (1.0,), evidence), profile=counted)

@@ -15,7 +15,7 @@ from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export.exporter import Artifact, export_model
 from pytest_sme2.export.model_spec import ModelSpec
-from pytest_sme2.runner import RunPlan, build_runner, run_runner
+from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 
 
 def _manifest(artifact: Artifact) -> dict[str, Any]:
@@ -58,10 +58,9 @@ def test_8da4w_quantizes_the_linear_layers_the_group_divides_and_names_the_rest(
     assert artifact.quantization_error is not None and artifact.quantization_error.max_rel > 0
     run = run_runner(
         build_runner(),
-        artifact.pte,
-        tmp_path,
-        RunPlan(runs=1, warmup=0, traced=True),
-        inputs=artifact.inputs,
+        RunnerCall(
+            artifact.pte, artifact.inputs, Executions(runs=1, warmup=0, traced=True), tmp_path
+        ),
     )
     assert run.etdump is not None
     names = {event.name for event in read_etdump(run.etdump).runs[0].events}

@@ -15,25 +15,30 @@ from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
-from pytest_sme2.measure.case import MeasurePlan, measure
+from pytest_sme2.measure.case import measure
+from pytest_sme2.measure.plan import CaseProgram, MeasurePlan
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
 
 
 def measured(device: Device, dtype: str, workdir: Path) -> Measurement:
     artifact = export_model(get_model("toy_cnn"), dtype)
+    # program and quantization error, as the plugin passes them
+    program = CaseProgram(
+        "toy_cnn",
+        dtype,
+        artifact.pte,
+        artifact.inputs,
+        artifact.etrecord,
+        numerics=artifact.numerics,
+    )
     return measure(
         device,
-        model="toy_cnn",
-        dtype=dtype,
-        pte=artifact.pte,
-        inputs=artifact.inputs,
-        plan=MeasurePlan(runs=4, warmup=1, rounds=2, traced_runs=2),
-        workdir=workdir,
+        program,
+        MeasurePlan(runs=4, warmup=1, rounds=2, traced_runs=2),
+        workdir,
         # an override the record must carry: the profiles were classified with it
         classifier=Classifier({"Transpose (ND, X32)": "Other"}),
-        etrecord=artifact.etrecord,
-        numerics=artifact.numerics,  # program and quantization error, as the plugin passes them
     )
 
 

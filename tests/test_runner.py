@@ -16,14 +16,14 @@ import pytest
 from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec
-from pytest_sme2.runner import RunPlan, build_runner, run_runner
+from pytest_sme2.runner import Executions, Launch, RunnerCall, build_runner, run_runner
 from pytest_sme2.runner.build import (
     RUNNER_SOURCE_DIR,
     build_key,
     executorch_package_dir,
     find_cmake,
 )
-from pytest_sme2.runner.invoke import TIMINGS_NAME
+from pytest_sme2.runner.invoke import ETDUMP_NAME, OUTPUTS_NAME, TIMINGS_NAME
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 
 
@@ -156,7 +156,9 @@ def test_cross_target_needs_a_wheel_directory() -> None:
 
 def test_timing_only_run(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     program = programs["fp32"]
-    result = run_runner(runner, program.pte, tmp_path, RunPlan(runs=5), inputs=program.inputs)
+    result = run_runner(
+        runner, RunnerCall(program.pte, program.inputs, Executions(runs=5), tmp_path)
+    )
     assert len(result.latencies_ms) == 5
     assert all(latency > 0 for latency in result.latencies_ms)
     assert result.etdump is None
@@ -173,8 +175,8 @@ def test_traced_run_writes_an_etdump_with_every_execution(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
     program = programs["fp32"]
-    plan = RunPlan(runs=4, warmup=2, traced=True)
-    result = run_runner(runner, program.pte, tmp_path, plan, inputs=program.inputs)
+    plan = Executions(runs=4, warmup=2, traced=True)
+    result = run_runner(runner, RunnerCall(program.pte, program.inputs, plan, tmp_path))
     assert result.traced
     assert result.etdump is not None
     data = result.etdump.read_bytes()
@@ -189,7 +191,9 @@ def test_outputs_match_eager_fp32(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
     program = programs["fp32"]
-    result = run_runner(runner, program.pte, tmp_path, RunPlan(runs=2), inputs=program.inputs)
+    result = run_runner(
+        runner, RunnerCall(program.pte, program.inputs, Executions(runs=2), tmp_path)
+    )
     assert result.outputs is not None
     outputs = read_tensors(result.outputs)
     assert len(outputs) == len(program.eager)
@@ -202,7 +206,9 @@ def test_fp16_program_takes_and_returns_half(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
     program = programs["fp16"]
-    result = run_runner(runner, program.pte, tmp_path, RunPlan(runs=1), inputs=program.inputs)
+    result = run_runner(
+        runner, RunnerCall(program.pte, program.inputs, Executions(runs=1), tmp_path)
+    )
     assert result.outputs is not None
     (got,) = read_tensors(result.outputs)
     (want,) = program.eager
@@ -214,8 +220,8 @@ def test_warmup_runs_are_dropped_from_latencies(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
     program = programs["fp32"]
-    plan = RunPlan(runs=2, warmup=3)
-    result = run_runner(runner, program.pte, tmp_path, plan, inputs=program.inputs)
+    plan = Executions(runs=2, warmup=3)
+    result = run_runner(runner, RunnerCall(program.pte, program.inputs, plan, tmp_path))
     timings = json.loads((tmp_path / TIMINGS_NAME).read_text())
     assert result.warmup == timings["warmup"] == 3
     assert len(timings["latencies_ms"]) == 5
@@ -226,21 +232,32 @@ def test_thread_count_reaches_the_runtime(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
     program = programs["fp32"]
-    run_runner(runner, program.pte, tmp_path, RunPlan(runs=1, threads=2), inputs=program.inputs)
+    run_runner(
+        runner, RunnerCall(program.pte, program.inputs, Executions(runs=1, threads=2), tmp_path)
+    )
     assert json.loads((tmp_path / TIMINGS_NAME).read_text())["threads"] == 2
 
 
 def test_stale_results_are_not_reused(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
+    """A run's files are its own: an untraced run after a traced one leaves no ETDump, and a run
+    that fails leaves none of the previous run's outputs or timings to be mistaken for its own."""
     program = programs["fp32"]
-    run_runner(runner, program.pte, tmp_path, RunPlan(runs=1, traced=True), inputs=program.inputs)
-    result = run_runner(
-        runner, program.pte, tmp_path, RunPlan(runs=1), inputs=program.inputs, want_outputs=False
+    traced = run_runner(
+        runner, RunnerCall(program.pte, program.inputs, Executions(runs=1, traced=True), tmp_path)
     )
-    assert result.etdump is None and result.outputs is None
-    assert not (tmp_path / "run.etdump").exists()
-    assert "--outputs" not in result.command
+    assert traced.etdump == tmp_path / ETDUMP_NAME and traced.etdump.is_file()
+    result = run_runner(
+        runner, RunnerCall(program.pte, program.inputs, Executions(runs=1), tmp_path)
+    )
+    assert result.etdump is None and not (tmp_path / ETDUMP_NAME).exists()
+    assert result.outputs.is_file()
+    with pytest.raises(RunnerError):
+        run_runner(
+            runner, RunnerCall(program.pte, tmp_path / "absent", Executions(runs=1), tmp_path)
+        )
+    assert not (tmp_path / OUTPUTS_NAME).exists() and not (tmp_path / TIMINGS_NAME).exists()
 
 
 def test_executor_runner_command_line(
@@ -278,17 +295,15 @@ def test_prefix_and_env_wrap_the_command(
     wrapper = ("sh", "-c", 'test "$SME2_PROBE" = yes && exec "$@"', "sh")
     result = run_runner(
         runner,
-        program.pte,
-        tmp_path,
-        RunPlan(runs=1),
-        inputs=program.inputs,
-        prefix=wrapper,
-        env={"SME2_PROBE": "yes"},
+        RunnerCall(program.pte, program.inputs, Executions(runs=1), tmp_path),
+        Launch(prefix=wrapper, env={"SME2_PROBE": "yes"}),
     )
     assert result.command[: len(wrapper)] == wrapper
     with pytest.raises(RunnerError, match="exit 1"):
         run_runner(
-            runner, program.pte, tmp_path, RunPlan(runs=1), inputs=program.inputs, prefix=wrapper
+            runner,
+            RunnerCall(program.pte, program.inputs, Executions(runs=1), tmp_path),
+            Launch(prefix=wrapper),
         )
 
 
@@ -310,13 +325,8 @@ def test_an_isolated_run_sees_only_its_files_and_environment(
     )
     result = run_runner(
         runner,
-        program.pte,
-        tmp_path,
-        RunPlan(runs=1),
-        inputs=program.inputs,
-        prefix=wrapper,
-        env={"SME2_PROBE": "yes"},
-        isolated=True,
+        RunnerCall(program.pte, program.inputs, Executions(runs=1), tmp_path),
+        Launch(prefix=wrapper, env={"SME2_PROBE": "yes"}, isolated=True),
     )
     assert result.command[len(wrapper) :][:3] == ("./sme2_runner", "--model_path", "model.pte")
     assert read_tensors(result.outputs)[0].shape == program.eager[0].shape
@@ -335,11 +345,8 @@ def test_an_isolated_failure_names_the_real_file(
     with pytest.raises(RunnerError) as failure:
         run_runner(
             runner,
-            model,
-            tmp_path / "run",
-            RunPlan(runs=1),
-            inputs=programs["fp32"].inputs,
-            isolated=True,
+            RunnerCall(model, programs["fp32"].inputs, Executions(runs=1), tmp_path / "run"),
+            Launch(isolated=True),
         )
     said = str(failure.value)
     assert f"model {model.resolve()} is not an ExecuTorch program" in said
@@ -351,7 +358,9 @@ def test_not_a_program(runner: Path, programs: dict[str, Program], tmp_path: Pat
     model = tmp_path / "notes.pte"
     model.write_text("these are not the weights you are looking for\n")
     with pytest.raises(RunnerError, match=r"notes\.pte is not an ExecuTorch program"):
-        run_runner(runner, model, tmp_path / "run", RunPlan(runs=1), inputs=programs["fp32"].inputs)
+        run_runner(
+            runner, RunnerCall(model, programs["fp32"].inputs, Executions(runs=1), tmp_path / "run")
+        )
 
 
 def test_truncated_program(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
@@ -360,17 +369,18 @@ def test_truncated_program(runner: Path, programs: dict[str, Program], tmp_path:
     with pytest.raises(
         RunnerError, match=r"Program::load of .*cut\.pte failed: Error::InvalidProgram"
     ):
-        run_runner(runner, model, tmp_path / "run", RunPlan(runs=1), inputs=programs["fp32"].inputs)
+        run_runner(
+            runner, RunnerCall(model, programs["fp32"].inputs, Executions(runs=1), tmp_path / "run")
+        )
 
 
 def test_missing_model(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     with pytest.raises(RunnerError, match=r"cannot open model .*absent\.pte"):
         run_runner(
             runner,
-            tmp_path / "absent.pte",
-            tmp_path,
-            RunPlan(runs=1),
-            inputs=programs["fp32"].inputs,
+            RunnerCall(
+                tmp_path / "absent.pte", programs["fp32"].inputs, Executions(runs=1), tmp_path
+            ),
         )
 
 
@@ -378,22 +388,22 @@ def test_missing_input_file(runner: Path, programs: dict[str, Program], tmp_path
     with pytest.raises(RunnerError, match=r"cannot open inputs file .*absent\.inputs"):
         run_runner(
             runner,
-            programs["fp32"].pte,
-            tmp_path,
-            RunPlan(runs=1),
-            inputs=tmp_path / "absent.inputs",
+            RunnerCall(
+                programs["fp32"].pte, tmp_path / "absent.inputs", Executions(runs=1), tmp_path
+            ),
         )
 
 
 def test_inputs_are_required(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     with pytest.raises(RunnerError, match="--inputs is required"):
-        run_runner(runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=None)
+        run_runner(runner, RunnerCall(programs["fp32"].pte, None, Executions(runs=1), tmp_path))
 
 
 def test_input_dtype_mismatch(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     with pytest.raises(RunnerError, match="is Half but the program expects Float"):
         run_runner(
-            runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=programs["fp16"].inputs
+            runner,
+            RunnerCall(programs["fp32"].pte, programs["fp16"].inputs, Executions(runs=1), tmp_path),
         )
 
 
@@ -402,14 +412,14 @@ def test_input_count_mismatch(runner: Path, programs: dict[str, Program], tmp_pa
     (x,) = read_tensors(programs["fp32"].inputs)
     write_tensors(inputs, [x, x])
     with pytest.raises(RunnerError, match=r"holds 2 tensor\(s\) but method 'forward' takes 1"):
-        run_runner(runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=inputs)
+        run_runner(runner, RunnerCall(programs["fp32"].pte, inputs, Executions(runs=1), tmp_path))
 
 
 def test_input_shape_mismatch(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
     inputs = tmp_path / "big.inputs"
     write_tensors(inputs, [np.zeros((1, 3, 16, 16), np.float32)])
     with pytest.raises(RunnerError, match=r"shape \[1, 3, 16, 16\] but the program expects"):
-        run_runner(runner, programs["fp32"].pte, tmp_path, RunPlan(runs=1), inputs=inputs)
+        run_runner(runner, RunnerCall(programs["fp32"].pte, inputs, Executions(runs=1), tmp_path))
 
 
 def test_timeout(runner: Path, programs: dict[str, Program], tmp_path: Path) -> None:
@@ -417,17 +427,19 @@ def test_timeout(runner: Path, programs: dict[str, Program], tmp_path: Path) -> 
     with pytest.raises(RunnerError, match=r"did not finish within its 0\.5 s deadline"):
         run_runner(
             runner,
-            programs["fp32"].pte,
-            tmp_path,
-            RunPlan(runs=1, timeout_s=0.5),  # the plan's deadline, else the device's default
-            inputs=programs["fp32"].inputs,
-            prefix=stall,
+            RunnerCall(
+                programs["fp32"].pte,
+                programs["fp32"].inputs,
+                Executions(runs=1, timeout_s=0.5),
+                tmp_path,
+            ),
+            Launch(prefix=stall),
         )
 
 
 def test_bad_plan() -> None:
     with pytest.raises(ConfigError, match="runs must be >= 1"):
-        RunPlan(runs=0)
+        Executions(runs=0)
 
 
 def _lookup() -> Any:
@@ -462,7 +474,7 @@ def test_a_kernel_failure_says_why_and_keeps_the_log(runner: Path, tmp_path: Pat
     inputs = tmp_path / "out_of_range.tensors"
     write_tensors(inputs, [ids])
     with pytest.raises(RunnerError) as failed:
-        run_runner(runner, artifact.pte, tmp_path / "run", RunPlan(runs=1), inputs=inputs)
+        run_runner(runner, RunnerCall(artifact.pte, inputs, Executions(runs=1), tmp_path / "run"))
     message = str(failed.value)
     assert "Check failed" in message and "99" in message
     assert "with type id" not in message
@@ -475,7 +487,8 @@ def test_a_successful_run_keeps_its_log(
     runner: Path, programs: dict[str, Program], tmp_path: Path
 ) -> None:
     run_runner(
-        runner, programs["fp32"].pte, tmp_path, RunPlan(runs=2), inputs=programs["fp32"].inputs
+        runner,
+        RunnerCall(programs["fp32"].pte, programs["fp32"].inputs, Executions(runs=2), tmp_path),
     )
     assert "Model executed successfully 2 time(s)" in (tmp_path / "runner.log").read_text()
 
@@ -489,10 +502,11 @@ def test_peak_memory_is_the_runners_own_whatever_holds_the_process_that_started_
     program = programs["fp32"]
     start = (
         "import sys\nfrom pathlib import Path\n"
-        "from pytest_sme2.runner import RunPlan, run_runner\n"
+        "from pytest_sme2.runner import Executions, RunnerCall, run_runner\n"
         "held = b'x' * (int(sys.argv[1]) << 20)  # written, so resident\n"
-        "result = run_runner(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), "
-        "RunPlan(runs=2), inputs=Path(sys.argv[5]))\n"
+        "call = RunnerCall(Path(sys.argv[3]), Path(sys.argv[5]), Executions(runs=2), "
+        "Path(sys.argv[4]))\n"
+        "result = run_runner(Path(sys.argv[2]), call)\n"
         "print(result.load.peak_rss_bytes)\n"
     )
     peaks = {}

@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_sme2.devices.base import RunRequest
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export.exporter import Artifact, export_model
 from pytest_sme2.export.model_spec import ModelSpec, registered_models
 from pytest_sme2.records.device import Variant
-from pytest_sme2.runner import RunPlan, build_runner, run_runner
+from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors
 from tests.known_failures import example_cases, expect_known
 
@@ -49,7 +50,8 @@ def _assert_same(first: list[np.ndarray], last: list[np.ndarray], what: str) -> 
 
 def _outputs_host(artifact: Artifact, runs: int, workdir: Path) -> list[np.ndarray]:
     result = run_runner(
-        build_runner(), artifact.pte, workdir, RunPlan(runs=runs, warmup=0), inputs=artifact.inputs
+        build_runner(),
+        RunnerCall(artifact.pte, artifact.inputs, Executions(runs=runs, warmup=0), workdir),
     )
     assert result.outputs is not None
     return read_tensors(result.outputs)
@@ -71,10 +73,12 @@ def test_traced_and_warmed_up_executions_equal_the_first(tmp_path: Path) -> None
     first = _outputs_host(artifact, 1, tmp_path / "once")
     traced = run_runner(
         build_runner(),
-        artifact.pte,
-        tmp_path / "traced",
-        RunPlan(runs=2, warmup=2, traced=True),
-        inputs=artifact.inputs,
+        RunnerCall(
+            artifact.pte,
+            artifact.inputs,
+            Executions(runs=2, warmup=2, traced=True),
+            tmp_path / "traced",
+        ),
     )
     assert traced.outputs is not None
     _assert_same(first, read_tensors(traced.outputs), "vit_tiny[fp32] traced after a warm-up")
@@ -89,11 +93,13 @@ def test_emulated_nth_execution_equals_the_first(
     outputs = []
     for runs in (1, REPEATED):
         result = qemu_device.run(
-            artifact.pte,
-            artifact.inputs,
-            Variant.ON,
-            RunPlan(runs=runs, warmup=0),
-            tmp_path / str(runs),
+            RunRequest(
+                artifact.pte,
+                artifact.inputs,
+                Executions(runs=runs, warmup=0),
+                tmp_path / str(runs),
+                variant=Variant.ON,
+            )
         )
         assert result.outputs is not None
         outputs.append(read_tensors(result.outputs))

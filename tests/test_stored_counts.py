@@ -2,12 +2,14 @@
 
 The key is tested on files (any byte of any keyed file or directory changes it), the store on
 the real aarch64 runner under real qemu: a run read back equals the run counted, another input
-is counted afresh, a recount replaces the entry, a damaged entry is counted again, and a count of
-a thread pool is never stored.
+is counted afresh, a recount replaces the entry, a damaged entry is counted again, a count of a
+thread pool is never stored, and the device the plugin builds keeps its counts in the cache, its
+measurement's report saying when they were read back.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +17,23 @@ import pytest
 
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis.trace import read_etdump
-from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.base import CountedRun, RunRequest, evidence_request
 from pytest_sme2.devices.qemu import QemuSme2Device
-from pytest_sme2.devices.stored_counts import content_digest, count_key, portable_arguments
+from pytest_sme2.devices.qemu_count import CountStore, counted_run
+from pytest_sme2.devices.qemu_guest import QemuGuest
+from pytest_sme2.devices.stored_counts import (
+    content_digest,
+    count_key,
+    portable_arguments,
+    store_dir,
+)
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.measure.plan import MeasurePlan
 from pytest_sme2.records.device import Variant
+from pytest_sme2.report.evidence import evidence_lines
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
-from tests.inner import REPO, examples_session
-
-pytest_plugins = ["pytester"]
-
-#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
-CACHE = cache_root()
+from tests.measurements import measure_toy_cnn
 
 
 def _files(tmp_path: Path) -> dict[str, Path]:
@@ -85,22 +91,34 @@ def test_a_command_is_keyed_without_the_paths_of_its_files() -> None:
     )
 
 
+@dataclass
+class Storing:
+    """The provisioned qemu-sme2 guest, keeping its counts in a store of this test's own (or
+    counting again and replacing them: ``recount``)."""
+
+    guest: QemuGuest
+    store: Path
+    recount: bool = False
+
+    def counted_run(self, request: RunRequest) -> CountedRun:
+        return counted_run(self.guest, request, CountStore(self.store, self.recount))
+
+
 @pytest.fixture
-def storing(qemu_device: QemuSme2Device, tmp_path: Path) -> QemuSme2Device:
-    """The provisioned qemu-sme2 device, keeping its counts in a store of this test's own."""
-    device = QemuSme2Device(count_store=tmp_path / "store")
-    device._toolchain, device._binary = qemu_device._prepared()
-    return device
+def storing(qemu_device: QemuSme2Device, tmp_path: Path) -> Storing:
+    return Storing(qemu_device.guest, tmp_path / "store")
 
 
-def test_a_stored_run_reads_back_as_the_run_counted(
-    storing: QemuSme2Device, tmp_path: Path
-) -> None:
+def test_a_stored_run_reads_back_as_the_run_counted(storing: Storing, tmp_path: Path) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    first = storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "a")
+    first = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON)
+    )
     assert first.evidence.stored_count_at == ""
     assert len(list((tmp_path / "store").iterdir())) == 1
-    again = storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 1, tmp_path / "b")
+    again = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "b", variant=Variant.ON)
+    )
     assert again.evidence.stored_count_at.endswith("UTC")
     for field in ("instructions", "sme_instructions", "init_instructions", "sme2_kernels"):
         assert getattr(again.evidence, field) == getattr(first.evidence, field)
@@ -116,13 +134,17 @@ def test_a_stored_run_reads_back_as_the_run_counted(
 
 
 def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
-    storing: QemuSme2Device, tmp_path: Path
+    storing: Storing, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    off = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "a")
+    off = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.OFF)
+    )
     other = tmp_path / "other.tensors"
     write_tensors(other, [np.flip(array, -1).copy() for array in read_tensors(artifact.inputs)])
-    counted = storing.counted_run(artifact.pte, other, Variant.OFF, 1, tmp_path / "b")
+    counted = storing.counted_run(
+        evidence_request(artifact.pte, other, tmp_path / "b", variant=Variant.OFF)
+    )
     assert counted.evidence.stored_count_at == ""
     assert counted.run.outputs is not None and off.run.outputs is not None
     assert counted.run.outputs.read_bytes() != off.run.outputs.read_bytes()
@@ -131,7 +153,9 @@ def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
     # a recount counts and replaces the entry
     storing.recount = True
     before = {entry: entry.stat().st_ino for entry in entries}
-    recounted = storing.counted_run(artifact.pte, other, Variant.OFF, 1, tmp_path / "c")
+    recounted = storing.counted_run(
+        evidence_request(artifact.pte, other, tmp_path / "c", variant=Variant.OFF)
+    )
     assert recounted.evidence.stored_count_at == ""
     assert recounted.evidence.instructions == counted.evidence.instructions
     # the new entry is built before the old one goes, so a replaced entry is another inode
@@ -141,57 +165,52 @@ def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
     storing.recount = False
     for entry in entries:
         (entry / "count.json").write_text('{"format": 1, "counted_at"')
-    damaged = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "d")
+    damaged = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "d", variant=Variant.OFF)
+    )
     assert damaged.evidence.stored_count_at == ""
     assert damaged.evidence.instructions == off.evidence.instructions
     whole = [e for e in entries if (e / "count.json").read_text().endswith("}")]
     assert len(whole) == 1
     (whole[0] / "run.etdp").unlink()
-    again = storing.counted_run(artifact.pte, artifact.inputs, Variant.OFF, 1, tmp_path / "e")
+    again = storing.counted_run(
+        evidence_request(artifact.pte, artifact.inputs, tmp_path / "e", variant=Variant.OFF)
+    )
     assert again.evidence.stored_count_at == ""
     assert (whole[0] / "run.etdp").is_file()
 
 
-def test_a_thread_pools_count_is_never_stored(storing: QemuSme2Device, tmp_path: Path) -> None:
+def test_a_thread_pools_count_is_never_stored(storing: Storing, tmp_path: Path) -> None:
     """With two threads the pool's spinning is in the count, which then varies run to run."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    storing.counted_run(artifact.pte, artifact.inputs, Variant.ON, 2, tmp_path / "a")
+    storing.counted_run(
+        evidence_request(
+            artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON, threads=2
+        )
+    )
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
 
 
-SUITE = """
-import pytest
-
-@pytest.mark.sme2(require_sme2_kernels=True)
-def test_model(sme2_measurement, sme2_judge):
-    sme2_judge(sme2_measurement)
-"""
-
-
-def test_a_session_reads_back_what_an_earlier_one_counted_and_says_so(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+def test_the_plugins_device_reads_back_what_it_counted_and_the_report_says_so(
+    qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
-    """The plugin keeps counts in the cache; ``--sme2-recount`` counts (and replaces them), the
-    next session reads them back, judges the same and its report says when they were counted."""
-    examples_session(pytester, monkeypatch, CACHE, SUITE)
-    args = (
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        "--sme2-models=toy_cnn",
-        "--sme2-dtypes=fp32",
-        f"--sme2-baseline-dir={REPO / 'baselines'}",
-    )
-    counted = pytester.runpytest_subprocess(*args, "--sme2-recount", "--sme2-artifacts=counted")
-    read_back = pytester.runpytest_subprocess(*args, "--sme2-artifacts=read")
-    counted.assert_outcomes(passed=1)
-    read_back.assert_outcomes(passed=1)
-    reports = {
-        name: next((pytester.path / name).rglob("sme2_report.md")).read_text()
-        for name in ("counted", "read")
-    }
-    assert "Counts read back" not in reports["counted"]
-    assert "Counts read back from the run(s) counted 20" in reports["read"]
-    assert "--sme2-recount counts again" in reports["read"]
-    ratio = [line for line in reports["counted"].splitlines() if "Instruction ratio" in line]
-    assert ratio and ratio[0] in reports["read"]
+    """The device as the plugin builds it keeps its counts in the cache (``--sme2-recount``:
+    count and replace); a measurement that reads them back counts the same and its report says
+    when they were counted."""
+    counting = QemuSme2Device.from_options({"sme2_recount": True}.get)
+    reading = QemuSme2Device.from_options(lambda dest: None)
+    assert counting.counts == CountStore(store_dir(), recount=True)
+    assert reading.counts == CountStore(store_dir(), recount=False)
+    plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
+    counted = measure_toy_cnn(counting, plan, tmp_path / "counted")
+    read = measure_toy_cnn(reading, plan, tmp_path / "read")
+    for variant in (Variant.ON, Variant.OFF):
+        was, now = counted.variants[variant].evidence, read.variants[variant].evidence
+        assert was is not None and now is not None
+        assert was.stored_count_at == "" and now.stored_count_at.endswith("UTC")
+        assert now.instructions == was.instructions
+    assert read.instruction_ratio == counted.instruction_ratio
+    said = "\n".join(evidence_lines(read))
+    assert "Counts read back from the run(s) counted 20" in said
+    assert "--sme2-recount counts again" in said
+    assert "Counts read back" not in "\n".join(evidence_lines(counted))

@@ -9,10 +9,10 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from pytest_sme2.devices.base import Device, OptionGetter
+from pytest_sme2.devices.base import Device, OptionGetter, RunRequest
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import RunPlan, RunResult, run_runner
+from pytest_sme2.runner.invoke import Launch, RunResult, run_runner
 from pytest_sme2.runner.kernel_libraries import host_custom_kernels, libraries_for
 
 
@@ -114,7 +114,7 @@ class HostDevice(Device):
         if self._binary is None:
             self._binary = build_runner("host")
 
-    def info(self) -> DeviceInfo:
+    def describe(self) -> DeviceInfo:
         flags = cpu_flags()
         has_sme2 = "sme2" in flags
         machine_class = {
@@ -150,10 +150,9 @@ class HostDevice(Device):
             machine_class=machine_class,
         )
 
-    def run(
-        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
-    ) -> RunResult:
+    def run(self, request: RunRequest) -> RunResult:
         self.prepare()
         assert self._binary is not None
-        libraries = libraries_for(model, host_custom_kernels)  # llama:: operators: ExecuTorch's
-        return run_runner(self._binary, model, workdir, plan, inputs=inputs, libraries=libraries)
+        # llama:: operators: ExecuTorch's LLM custom kernels
+        libraries = libraries_for(request.program, host_custom_kernels)
+        return run_runner(self._binary, request, Launch(libraries=libraries))

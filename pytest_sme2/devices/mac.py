@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from pytest_sme2.cache import cache_root, cached_dir, content_key
-from pytest_sme2.devices.base import Device, OptionGetter
+from pytest_sme2.devices.base import Device, OptionGetter, RunRequest
 from pytest_sme2.devices.host import software_class, software_fingerprint
 from pytest_sme2.devices.kernel_log import KernelLogs
 from pytest_sme2.devices.runner_pair import RUNNER_SPEC_KEYS, add_runner_options
@@ -28,7 +28,7 @@ from pytest_sme2.errors import ConfigError, RunnerError
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.evidence import Sme2Evidence
 from pytest_sme2.runner.build import build_runner
-from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, RunPlan, RunResult, run_runner, run_step
+from pytest_sme2.runner.invoke import ANSWER_TIMEOUT_S, Launch, RunResult, run_runner, run_step
 from pytest_sme2.runner.kernel_libraries import refuse_without_kernels
 
 SHIM_SOURCE = Path(__file__).resolve().parent / "shim" / "mac_hide_sme.c"
@@ -165,7 +165,7 @@ class MacDevice(Device):
         assert self._facts is not None
         return self._facts
 
-    def info(self) -> DeviceInfo:
+    def describe(self) -> DeviceInfo:
         facts = self._prepared()
         machine_class = {
             **{k: v for k, v in facts.values.items() if k in MAC_CLASS_KEYS},
@@ -191,32 +191,23 @@ class MacDevice(Device):
             limits=limits,
         )
 
-    def run(
-        self, model: Path, inputs: Path, variant: Variant, plan: RunPlan, workdir: Path
-    ) -> RunResult:
+    def run(self, request: RunRequest) -> RunResult:
         self._prepared()
+        variant = request.variant
         runner = self._runners.get(variant)
         if runner is None:
             raise RunnerError(f"the mac device cannot run {variant} (its CPU has no SME2)")
         if self.runner_on is None:
-            refuse_without_kernels(model, self.label, "macOS")
+            refuse_without_kernels(request.program, self.label, "macOS")
         env = variant_environment(variant, self._shim)  # no shim with a runner pair
-        result = run_runner(runner, model, workdir, plan, inputs=inputs, env=env)
-        self._kernels.add(model, variant, result.log.splitlines())
+        result = run_runner(runner, request, Launch(env=env))
+        self._kernels.add(request.program, variant, result.log.splitlines())
         return result
 
-    def evidence(
-        self,
-        model: Path,
-        inputs: Path,
-        variant: Variant,
-        threads: int,
-        workdir: Path,
-        *,
-        timeout_s: float | None = None,  # no run of its own: kernels come from run()'s logs
-    ) -> Sme2Evidence | None:
-        """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None."""
-        return self._kernels.evidence(model, variant)
+    def evidence(self, request: RunRequest) -> Sme2Evidence | None:
+        """Kernels named in the runs' XNNPACK log lines (Debug runners only), else None: no run
+        of its own."""
+        return self._kernels.evidence(request.program, request.variant)
 
 
 #: Compiling the dylib or the probe (one small C file each), and running the probe (at once).

@@ -4,7 +4,9 @@
 are its device's own options (``serial`` is ``--sme2-adb-serial``, ``vl`` is ``--sme2-qemu-vl``):
 a key given in the spec wins for that device, and the flag stays the default for every device of
 its kind. Each device class declares its keys (``Device.spec_keys``), so a typo is an error that
-lists them rather than an option silently ignored.
+lists them rather than an option silently ignored. A kind is looked up in the session's
+:class:`~pytest_sme2.devices.kinds.DeviceKinds` (the built-in four and any a plugin adds), once,
+when the spec is parsed: a spec holds its kind.
 
 ``auto`` (the default) names the devices that show SME2 on this machine (:func:`auto_specs`):
 where the CPU has none — every x86 laptop and CI runner, where users meet the plugin first — it is
@@ -14,14 +16,14 @@ already shows SME2-on against SME2-off: instruction ratios, the category shift, 
 
 from __future__ import annotations
 
-import platform
+import platform as platform_module
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_sme2.devices.base import OptionGetter
+from pytest_sme2.devices.base import Device, OptionGetter
 from pytest_sme2.devices.host import cpu_flags
-from pytest_sme2.devices.kinds import device_class
+from pytest_sme2.devices.kinds import DeviceKinds
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.records.device import device_file_name
 
@@ -33,9 +35,9 @@ _KEY = re.compile(r"[a-z][a-z0-9-]*")
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One device: its kind (``--sme2-device`` name) and the options given with it, in order."""
+    """One device: its kind and the options given with it, in order."""
 
-    kind: str
+    kind: type[Device]
     options: tuple[tuple[str, str], ...] = ()
     #: each model in its first selected dtype only (``auto``'s emulated device: the evidence in
     #: the first report, at the cost of one case per model)
@@ -47,7 +49,7 @@ class DeviceSpec:
     @property
     def id(self) -> str:
         """The spec as written: the device's name in test ids and reports."""
-        return ":".join([self.kind, *(f"{key}={value}" for key, value in self.options)])
+        return ":".join([self.kind.name, *(f"{key}={value}" for key, value in self.options)])
 
     @property
     def directory(self) -> str:
@@ -58,19 +60,44 @@ class DeviceSpec:
 
     def getter(self, flags: OptionGetter) -> OptionGetter:
         """The device's option getter: a key of this spec wins, else the flag (or ini) value."""
-        given = {device_class(self.kind).spec_keys[key]: value for key, value in self.options}
+        given = {self.kind.spec_keys[key]: value for key, value in self.options}
         return lambda dest: given[dest] if dest in given else flags(dest)
 
 
-def parse_device_specs(text: str, *, source: str = "--sme2-device") -> tuple[DeviceSpec, ...]:
-    """The specs of a comma-separated list, ``auto`` expanded (a device also named explicitly
-    is taken as named); ConfigError naming ``source`` and what is wrong."""
+@dataclass(frozen=True)
+class Platform:
+    """What ``auto`` asks of a machine: ``platform.system()``, ``platform.machine()`` and the
+    CPU's feature flags as Linux lists them."""
+
+    system: str
+    machine: str
+    flags: frozenset[str] = frozenset()
+
+    @classmethod
+    def here(cls) -> Platform:
+        """The machine pytest runs on."""
+        return cls(platform_module.system(), platform_module.machine(), frozenset(cpu_flags()))
+
+
+def parse_device_specs(
+    text: str,
+    kinds: DeviceKinds,
+    *,
+    source: str = "--sme2-device",
+    platform: Platform | None = None,
+) -> tuple[DeviceSpec, ...]:
+    """The specs of a comma-separated list, each kind one of ``kinds``, ``auto`` expanded for
+    ``platform`` (default: this machine; a device also named explicitly is taken as named);
+    ConfigError naming ``source`` and what is wrong."""
     specs: list[DeviceSpec] = []
     named: set[str] = set()
     for item in (part.strip() for part in text.split(",")):
         if not item:
             raise ConfigError(f"{source}={text!r}: an empty device in the list")
-        for spec in auto_specs() if item == AUTO else (_parse_spec(item, source),):
+        parsed = (
+            auto_specs(kinds, platform) if item == AUTO else (_parse_spec(item, kinds, source),)
+        )
+        for spec in parsed:
             if not spec.added_by:
                 if spec.id in named:
                     raise ConfigError(f"{source}: {spec.id!r} is listed twice")
@@ -80,10 +107,11 @@ def parse_device_specs(text: str, *, source: str = "--sme2-device") -> tuple[Dev
     return tuple(spec for spec in specs if not (spec.added_by and spec.id in named))
 
 
-def _parse_spec(item: str, source: str) -> DeviceSpec:
+def _parse_spec(item: str, kinds: DeviceKinds, source: str) -> DeviceSpec:
     """One ``KIND[:KEY=VALUE…]``."""
-    kind, *pairs = item.split(":")
-    keys: Mapping[str, str] = device_class(kind).spec_keys
+    name, *pairs = item.split(":")
+    kind = kinds[name]
+    keys: Mapping[str, str] = kind.spec_keys
     options: list[tuple[str, str]] = []
     for pair in pairs:
         if "=" not in pair and options:  # a value with a colon: adb's host:port serials
@@ -96,7 +124,7 @@ def _parse_spec(item: str, source: str) -> DeviceSpec:
         if key not in keys:
             known = ", ".join(sorted(keys)) or "none"
             raise ConfigError(
-                f"{source}: {item!r}: {kind} takes no key {key!r} (its keys: {known})"
+                f"{source}: {item!r}: {name} takes no key {key!r} (its keys: {known})"
             )
         if any(key == seen for seen, _ in options):
             raise ConfigError(f"{source}: {item!r}: {key!r} given twice")
@@ -104,24 +132,21 @@ def _parse_spec(item: str, source: str) -> DeviceSpec:
     return DeviceSpec(kind, tuple(options))
 
 
-def auto_specs(
-    system: str | None = None, machine: str | None = None, flags: set[str] | None = None
-) -> tuple[DeviceSpec, ...]:
-    """``auto`` on a machine (``platform.system()``, ``platform.machine()``, the CPU's feature
-    flags; this one's by default): an Apple Silicon Mac measures natively (``mac``: SME2-on and
-    off where the chip has SME2); a CPU with SME2 is the host; an x86-64 Linux machine adds the
-    emulated device for the headline dtypes; anything else is the host alone (qemu-sme2 is
-    provisioned from Debian's x86-64 packages)."""
-    system = platform.system() if system is None else system
-    machine = platform.machine() if machine is None else machine
-    flags = cpu_flags() if flags is None else flags
-    if system == "Darwin" and machine == "arm64":
-        return (DeviceSpec("mac"),)
-    if "sme2" in flags or system != "Linux" or machine not in ("x86_64", "AMD64"):
-        return (DeviceSpec("host"),)
+def auto_specs(kinds: DeviceKinds, platform: Platform | None = None) -> tuple[DeviceSpec, ...]:
+    """``auto`` on ``platform`` (default: this machine): an Apple Silicon Mac measures natively
+    (``mac``: SME2-on and off where the chip has SME2); a CPU with SME2 is the host; an x86-64
+    Linux machine adds the emulated device for the headline dtypes; anything else is the host
+    alone (qemu-sme2 is provisioned from Debian's x86-64 packages)."""
+    machine = platform or Platform.here()
+    if machine.system == "Darwin" and machine.machine == "arm64":
+        return (DeviceSpec(kinds["mac"]),)
+    host = DeviceSpec(kinds["host"])
+    x86_linux = machine.system == "Linux" and machine.machine in ("x86_64", "AMD64")
+    if "sme2" in machine.flags or not x86_linux:
+        return (host,)
     emulated = DeviceSpec(
-        "qemu-sme2",
+        kinds["qemu-sme2"],
         headline_only=True,
         added_by=f"--sme2-device={AUTO} adds the emulated SME2 device on a CPU without SME2",
     )
-    return (DeviceSpec("host"), emulated)
+    return (host, emulated)

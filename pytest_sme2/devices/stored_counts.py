@@ -46,7 +46,7 @@ from pytest_sme2.runner.invoke import (
     LOG_NAME,
     OUTPUTS_NAME,
     TIMINGS_NAME,
-    RunPlan,
+    Executions,
     RunResult,
     collect_result,
 )
@@ -61,14 +61,15 @@ HOST_FILES = (Path("/etc/ld.so.cache"),)
 
 
 @dataclass(frozen=True)
-class StoredCount:
-    """A counted run read back: the run (its files copied into the caller's directory), one
-    count per execution, the method init's count, and when it was counted (UTC)."""
+class Counted:
+    """A counted run: the run, one count per execution in order, the method init's count (None
+    unless it ran once), and when it was counted (UTC) where it was read back from a store (its
+    files copied into the caller's directory; "" when counted now)."""
 
-    result: RunResult
+    run: RunResult
     executions: tuple[InstructionCount, ...]
     init: InstructionCount | None
-    counted_at: str
+    counted_at: str = ""
 
 
 def count_key(files: Mapping[str, Path], settings: Mapping[str, str]) -> str:
@@ -127,7 +128,7 @@ def store_dir() -> Path:
     return cache_root() / "qemu-sme2" / "counts"
 
 
-def load_count(store: Path, key: str, workdir: Path, plan: RunPlan) -> StoredCount | None:
+def load_count(store: Path, key: str, workdir: Path, executions: Executions) -> Counted | None:
     """The run stored under ``key`` in ``store`` with its files copied into ``workdir``, or None
     when there is none (or it cannot be read: then it is counted again and replaced)."""
     entry = store / key
@@ -140,9 +141,9 @@ def load_count(store: Path, key: str, workdir: Path, plan: RunPlan) -> StoredCou
             (workdir / name).unlink(missing_ok=True)
             if (entry / name).is_file():
                 shutil.copyfile(entry / name, workdir / name)
-        result = collect_result(workdir, plan, data["log"], data["command"])
-        return StoredCount(
-            result=result,
+        result = collect_result(workdir, executions, data["log"], data["command"])
+        return Counted(
+            run=result,
             executions=tuple(_count_from_json(count) for count in data["executions"]),
             init=_count_from_json(data["init"]) if data["init"] is not None else None,
             counted_at=data["counted_at"],
@@ -151,16 +152,10 @@ def load_count(store: Path, key: str, workdir: Path, plan: RunPlan) -> StoredCou
         return None
 
 
-def store_count(
-    store: Path,
-    key: str,
-    result: RunResult,
-    workdir: Path,
-    executions: list[InstructionCount],
-    init: InstructionCount | None,
-) -> None:
-    """Keep a counted run under ``key`` in ``store`` (replacing any entry), whole or not at
-    all: built beside it and renamed into place, with when it was counted (UTC)."""
+def store_count(store: Path, key: str, counted: Counted, workdir: Path) -> None:
+    """Keep ``counted``, whose files are in ``workdir``, under ``key`` in ``store`` (replacing
+    any entry), whole or not at all: built beside it and renamed into place, with when it was
+    counted (UTC)."""
     counted_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     store.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=store))
@@ -171,10 +166,10 @@ def store_count(
         record = {
             "format": STORE_FORMAT,
             "counted_at": counted_at,
-            "log": result.log,
-            "command": list(result.command),
-            "executions": [_count_json(count) for count in executions],
-            "init": _count_json(init) if init is not None else None,
+            "log": counted.run.log,
+            "command": list(counted.run.command),
+            "executions": [_count_json(count) for count in counted.executions],
+            "init": _count_json(counted.init) if counted.init is not None else None,
         }
         (building / _COUNT_FILE).write_text(json.dumps(record))
         building.chmod(0o755)

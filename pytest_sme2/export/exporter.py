@@ -370,7 +370,7 @@ def _check_numerics(artifact: Artifact) -> Artifact:
     """Run the program in the native host runner, compare with the stored outputs of the eager
     model it was lowered from, and record the errors in the manifest. Needs no torch: the
     reference (and, for static int8, each output's quantization step) was stored at export."""
-    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+    from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 
     model, dtype = artifact.model, artifact.dtype
     with FileLock(str(artifact.directory) + ".lock"):
@@ -381,14 +381,9 @@ def _check_numerics(artifact: Artifact) -> Artifact:
         started = time.perf_counter()
         try:
             with tempfile.TemporaryDirectory(prefix="sme2-numerics-") as work:
-                result = run_runner(
-                    build_runner("host"),
-                    artifact.pte,
-                    Path(work),
-                    RunPlan(runs=1, warmup=0, threads=1, traced=False),
-                    inputs=artifact.inputs,
-                )
-                assert result.outputs is not None
+                once = Executions(runs=1, warmup=0)
+                call = RunnerCall(artifact.pte, artifact.inputs, once, Path(work))
+                result = run_runner(build_runner("host"), call)
                 outputs = read_tensors(result.outputs)
             expected = read_tensors(artifact.expected_outputs)
         except RunnerError as err:

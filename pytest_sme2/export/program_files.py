@@ -306,24 +306,20 @@ def _check(
 def _run_once(spec: ProgramSpec, inputs: Path) -> list[np.ndarray]:
     """The program's outputs on ``inputs`` in the host runner (with ExecuTorch's LLM custom
     kernels where it calls ``llama::`` operators); ProgramError in one line if it cannot run."""
-    from pytest_sme2.runner import RunPlan, build_runner, run_runner
+    from pytest_sme2.runner import Executions, Launch, RunnerCall, build_runner, run_runner
     from pytest_sme2.runner.kernel_libraries import host_custom_kernels, libraries_for
 
     with tempfile.TemporaryDirectory(prefix="sme2-program-") as work:
         try:
             result = run_runner(
                 build_runner("host"),
-                spec.pte,
-                Path(work),
-                RunPlan(runs=1, warmup=0, threads=1, traced=False),
-                inputs=inputs,
-                libraries=libraries_for(spec.pte, host_custom_kernels),
+                RunnerCall(spec.pte, inputs, Executions(runs=1, warmup=0), Path(work)),
+                Launch(libraries=libraries_for(spec.pte, host_custom_kernels)),
             )
         except RunnerError as err:
             log = Path(work, "runner.log")
             said = log.read_text(errors="replace") if log.is_file() else str(err)
             raise ProgramError(spec.name, spec.pte, _problem(said, inputs)) from None
-        assert result.outputs is not None
         return read_tensors(result.outputs)
 
 

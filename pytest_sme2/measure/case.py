@@ -17,9 +17,7 @@ from pathlib import Path
 
 from pytest_sme2 import progress
 from pytest_sme2.analysis.categories import Classifier
-from pytest_sme2.analysis.numerics import ExportNumerics
 from pytest_sme2.analysis.profile import Profile
-from pytest_sme2.analysis.tolerances import Tolerance
 from pytest_sme2.analysis.trace import Trace
 from pytest_sme2.devices.base import Device
 from pytest_sme2.measure.case_runs import CaseRuns
@@ -43,63 +41,23 @@ QUIET_S = 10.0
 
 def measure(
     device: Device,
-    *,
-    model: str,
-    dtype: str,
-    pte: Path,
-    inputs: Path,
-    plan: MeasurePlan,
-    workdir: Path,
-    classifier: Classifier | None = None,
-    reference: tuple[Path, Path] | None = None,
-    etrecord: Path | None = None,
-    deadline: Deadline | None = None,
-    expected_outputs: Path | None = None,
-    numerics: ExportNumerics | None = None,
-    tokens: int | None = None,
-    parity_tolerance: Tolerance | None = None,
-) -> Measurement:
-    """Run every variant ``device`` supports. ``reference`` (a .pte and its inputs) is timed in
-    every round too, where the device's time is meaningful, so latency can be judged against the
-    machine's speed of the moment. ``deadline`` sets each runner call's deadline (default:
-    ``plan.timeout_s``, else the device's). The program's other arguments are
-    :class:`~pytest_sme2.measure.plan.CaseProgram`'s. A measurement that takes over :data:`QUIET_S`
-    says which variant and step it is at (:mod:`pytest_sme2.progress`): one real architecture
-    emulates for many minutes."""
-    program = CaseProgram(
-        model=model,
-        dtype=dtype,
-        pte=pte,
-        inputs=inputs,
-        etrecord=etrecord,
-        expected_outputs=expected_outputs,
-        numerics=numerics,
-        tokens=tokens,
-        parity_tolerance=parity_tolerance,
-    )
-    return measure_program(
-        device,
-        program,
-        plan,
-        workdir,
-        classifier=classifier,
-        reference=reference,
-        deadline=deadline or Deadline(plan.timeout_s),
-    )
-
-
-def measure_program(
-    device: Device,
     program: CaseProgram,
     plan: MeasurePlan,
     workdir: Path,
     *,
-    classifier: Classifier | None,
-    reference: tuple[Path, Path] | None,
-    deadline: Deadline,
+    classifier: Classifier | None = None,
+    reference: tuple[Path, Path] | None = None,
+    deadline: Deadline | None = None,
 ) -> Measurement:
-    """:func:`measure` of a program: the runs of each variant, by the kind of device, then the
-    record (made once the machine's load over the runs is known)."""
+    """Run every variant ``device`` supports of ``program``, its runs' files under ``workdir``:
+    the runs of each variant, by the kind of device, then the record (made once the machine's
+    load over the runs is known).
+
+    ``reference`` (a .pte and its inputs) is timed in every round too, where the device's time
+    is meaningful, so latency can be judged against the machine's speed of the moment.
+    ``deadline`` sets each runner call's deadline (default: ``plan.timeout_s``, else the
+    device's own). A measurement that takes over :data:`QUIET_S` says which variant and step it
+    is at (:mod:`pytest_sme2.progress`): one real architecture emulates for many minutes."""
     info = device.info()
     title = f"measure {program.model}[{program.dtype}] on {info.name}"
     with (
@@ -113,7 +71,7 @@ def measure_program(
             plan,
             workdir,
             classifier=classifier,
-            deadline=deadline,
+            deadline=deadline or Deadline(plan.timeout_s),
             running=running,
         )
         if info.time_meaningful:

@@ -20,14 +20,20 @@ from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.analysis.etrecord import delegate_backends
 from pytest_sme2.analysis.profile import INSTRUCTIONS, Profile, profile
 from pytest_sme2.analysis.trace import Trace, read_etdump
-from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS, CountedRun, Device
+from pytest_sme2.devices.base import (
+    EVIDENCE_EXECUTIONS,
+    CountedRun,
+    Device,
+    RunRequest,
+    evidence_request,
+)
 from pytest_sme2.errors import DeviceLost, RunnerError, TraceError
 from pytest_sme2.measure.deadline import Deadline
 from pytest_sme2.measure.output_checks import check_outputs
 from pytest_sme2.measure.plan import CaseProgram, MeasurePlan
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.evidence import Sme2Evidence
-from pytest_sme2.runner.invoke import RunPlan, RunResult
+from pytest_sme2.runner.invoke import Executions, RunResult
 from pytest_sme2.runner.tensors import read_tensors
 
 
@@ -82,12 +88,12 @@ class CaseRuns:
         another (``pytest_sme2.measure.case._emulated_variants``)."""
         return replace(self, running=progress.Task(self.running.what))
 
-    def run_plan(
+    def executions(
         self, runs: int, *, warmup: int, traced: bool, threads: int | None = None
-    ) -> RunPlan:
+    ) -> Executions:
         """A runner call of ``runs`` measured executions after ``warmup`` on ``threads`` (else
         the case's), with its deadline."""
-        return RunPlan(
+        return Executions(
             runs=runs,
             warmup=warmup,
             threads=threads or self.plan.threads,
@@ -95,46 +101,55 @@ class CaseRuns:
             timeout_s=self.deadline.seconds(warmup + runs),
         )
 
-    def timed(self, variant: Variant, plan: RunPlan, name: str) -> RunResult:
+    def request(
+        self,
+        variant: Variant,
+        executions: Executions,
+        name: str,
+        program: tuple[Path, Path] | None = None,
+    ) -> RunRequest:
+        """What the device is asked to run: ``variant`` of the case's program (or of ``program``,
+        a .pte and its inputs: the reference workload), its files under ``name``."""
+        pte, inputs = program or (self.program.pte, self.program.inputs)
+        return RunRequest(pte, inputs, executions, self.workdir / name, variant=variant)
+
+    def timed(self, variant: Variant, executions: Executions, name: str) -> RunResult:
         """A timing-only run of the program, its files under ``name``."""
         with self.step(variant, stage="timing"):
-            return self.device.run(
-                self.program.pte, self.program.inputs, variant, plan, self.workdir / name
-            )
+            return self.device.run(self.request(variant, executions, name))
 
     def traced(self, variant: Variant) -> tuple[RunResult, Trace]:
         """The variant's traced run and its ETDump, parsed (once: the record keeps it), its
         outputs checked. Where time means nothing and each inference costs seconds, one
         inference: it gives the operator names, structure and outputs."""
         if self.info.time_meaningful:
-            plan = self.run_plan(self.plan.traced_runs, warmup=self.plan.warmup, traced=True)
+            plan = self.executions(self.plan.traced_runs, warmup=self.plan.warmup, traced=True)
         else:
-            plan = self.run_plan(1, warmup=0, traced=True)
+            plan = self.executions(1, warmup=0, traced=True)
         with self.step(variant, stage="traced run"):
-            run = self.device.run(
-                self.program.pte,
-                self.program.inputs,
-                variant,
-                plan,
-                self.workdir / f"{variant}-traced",
-            )
+            run = self.device.run(self.request(variant, plan, f"{variant}-traced"))
             assert run.etdump is not None, "a traced run always writes an ETDump"
             trace = read_etdump(run.etdump)
             check_outputs(run, self.expected)
         return run, trace
 
+    def _evidence_request(self, variant: Variant, name: str) -> RunRequest:
+        """An evidence or counted run of ``variant``, its deadline the case's for its
+        executions."""
+        return evidence_request(
+            self.program.pte,
+            self.program.inputs,
+            self.workdir / f"{variant}-{name}",
+            variant=variant,
+            threads=self.plan.threads,
+            timeout_s=self.deadline.seconds(EVIDENCE_EXECUTIONS),
+        )
+
     def counted(self, variant: Variant) -> CountedRun | None:
         """The device's counted run (:meth:`~pytest_sme2.devices.base.Device.counted_run`),
         its outputs checked; None where the device does not count one."""
         with self.step(variant, stage="counted run"):
-            counted = self.device.counted_run(
-                self.program.pte,
-                self.program.inputs,
-                variant,
-                self.plan.threads,
-                self.workdir / f"{variant}-counted",
-                timeout_s=self.deadline.seconds(EVIDENCE_EXECUTIONS),
-            )
+            counted = self.device.counted_run(self._evidence_request(variant, "counted"))
             if counted is not None:
                 check_outputs(counted.run, self.expected)
         return counted
@@ -142,14 +157,7 @@ class CaseRuns:
     def evidence(self, variant: Variant) -> Sme2Evidence | None:
         """The device's evidence of the kernels that ran, where it can show them."""
         with self.step(variant, "evidence run"):
-            return self.device.evidence(
-                self.program.pte,
-                self.program.inputs,
-                variant,
-                self.plan.threads,
-                self.workdir / f"{variant}-evidence",
-                timeout_s=self.deadline.seconds(EVIDENCE_EXECUTIONS),
-            )
+            return self.device.evidence(self._evidence_request(variant, "evidence"))
 
     def traced_profile(self, run: RunResult, trace: Trace) -> Profile:
         """The traced run's profile, its warm-up runs dropped."""

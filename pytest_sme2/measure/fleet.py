@@ -1,5 +1,6 @@
-"""The session's devices: each built from its spec and prepared once, on its first case; a device
-that is lost stays lost, so its remaining cases fail at once while the others go on.
+"""The session's devices: each built from its spec and prepared once, on its first case (then told
+what the machine-info hooks add); a device that is lost stays lost, so its remaining cases fail
+at once while the others go on.
 
 Session state, hence a plain class rather than a frozen dataclass.
 """
@@ -9,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pytest_sme2.devices.base import Device, OptionGetter
-from pytest_sme2.devices.kinds import device_class
+from pytest_sme2.devices.base import Device, MachineInfo, OptionGetter
 from pytest_sme2.devices.spec import DeviceSpec
 from pytest_sme2.errors import DeviceLost
 from pytest_sme2.measure.settle import MachineSpeed
@@ -19,8 +19,12 @@ from pytest_sme2.measure.settle import MachineSpeed
 class Fleet:
     """Prepared devices, the devices lost, and each device's undisturbed speed, by spec."""
 
-    def __init__(self, flags: OptionGetter) -> None:
+    def __init__(self, flags: OptionGetter, machine_info: MachineInfo | None = None) -> None:
+        """``flags`` are the option values each device is built from (a spec's keys win);
+        ``machine_info`` adds to each device's info once it is prepared (the session's
+        ``pytest_sme2_update_machine_info`` hook)."""
         self._flags = flags
+        self._machine_info = machine_info
         self._devices: dict[DeviceSpec, Device] = {}
         self._lost: dict[DeviceSpec, str] = {}
         self._speeds: dict[DeviceSpec, MachineSpeed] = {}
@@ -31,10 +35,12 @@ class Fleet:
         if spec in self._lost:
             raise DeviceLost(f"{spec.id} was lost earlier in this session: {self._lost[spec]}")
         if spec not in self._devices:
-            device = device_class(spec.kind).from_options(spec.getter(self._flags))
+            device = spec.kind.from_options(spec.getter(self._flags))
             device.spec_id = spec.id
             with self.using(spec):
                 device.prepare()
+                if self._machine_info is not None:
+                    device.add_machine_info(self._machine_info)
             self._devices[spec] = device
         return self._devices[spec]
 
@@ -56,4 +62,4 @@ def xdist_group(spec: DeviceSpec) -> str | None:
     """The xdist group of a device's cases: a real device's spec, so one worker owns it and no
     two of its cases ever run at once (their timings would mean nothing); None for an emulated
     device, whose cases may spread over the workers."""
-    return None if device_class(spec.kind).emulates_cpu else spec.id
+    return None if spec.kind.emulates_cpu else spec.id

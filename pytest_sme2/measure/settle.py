@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_sme2.devices.base import Device
+from pytest_sme2.devices.base import Device, RunRequest
 from pytest_sme2.records.measurement import Measurement
-from pytest_sme2.runner.invoke import RunPlan
+from pytest_sme2.runner.invoke import Executions
 
 #: How long :func:`settle` waits at most for the machine to return to its undisturbed speed. The
 #: disturbances seen on shared CI machines (a neighbour's burst) last seconds to ~2 minutes.
@@ -121,12 +121,13 @@ def settle(
     int8's GEMM share by 7 points), so a re-measurement straight away repeats the disturbance
     instead of testing the model.
     """
-    plan = RunPlan(runs=SETTLE_PROBE_RUNS, warmup=2, threads=threads, traced=False)
+    plan = Executions(runs=SETTLE_PROBE_RUNS, warmup=2, threads=threads, traced=False)
     variant = device.info().variants[-1]
     started = time.monotonic()
     probe = 0
     while True:
-        result = device.run(*reference, variant, plan, workdir / f"settle-{probe}")
+        probing = RunRequest(*reference, plan, workdir / f"settle-{probe}", variant=variant)
+        result = device.run(probing)
         ratio = min(result.latencies_ms) / undisturbed_ms
         waited = time.monotonic() - started
         if ratio <= 1 + tolerance or waited + pause_s > timeout_s:

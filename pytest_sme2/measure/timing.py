@@ -57,19 +57,16 @@ def timing_rounds(runs: CaseRuns, reference: tuple[Path, Path] | None) -> Timing
     reference_runs: list[RunResult] = []
     for index, count in enumerate(runs.plan.runs_per_round()):
         order = variants if index % 2 == 0 else tuple(reversed(variants))
-        plan = runs.run_plan(count, warmup=runs.plan.warmup, traced=False)
-        single = runs.run_plan(count, warmup=runs.plan.warmup, traced=False, threads=1)
+        plan = runs.executions(count, warmup=runs.plan.warmup, traced=False)
+        single = runs.executions(count, warmup=runs.plan.warmup, traced=False, threads=1)
         calls = [(plan, timed, ""), (single, one, "-t1")][: 2 if one else 1]
         for variant in order:
             for call, into, tag in calls if index % 2 == 0 else reversed(calls):
                 into[variant].append(runs.timed(variant, call, f"{variant}{tag}-round{index}"))
         if reference is not None:
+            request = runs.request(variants[-1], plan, f"reference-round{index}", reference)
             with runs.step(variants[-1], "reference workload"):
-                reference_runs.append(
-                    runs.device.run(
-                        *reference, variants[-1], plan, runs.workdir / f"reference-round{index}"
-                    )
-                )
+                reference_runs.append(runs.device.run(request))
     return Timing(
         {v: tuple(found) for v, found in timed.items()},
         tuple(reference_runs),

@@ -1,9 +1,10 @@
 """Run the native runner once and collect what it wrote (timings, ETDump, outputs).
 
 Why a subprocess: running models in a separate native process isolates the Python bindings'
-crashes, lets a device wrap the command (``prefix``: qemu, adb, taskset) and
-measures the same binary everywhere. Each call uses fresh files in ``workdir``, so a failed run
-can never be mistaken for the previous one's results.
+crashes, lets a device wrap the command (:class:`Launch`: qemu, taskset, a remote shell) and
+measures the same binary everywhere. What one process is asked to run is a :class:`RunnerCall`;
+each call uses fresh files in its work directory, so a failed run can never be mistaken for the
+previous one's results.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,13 @@ _ARGUMENT_DUMP = re.compile(r"^arg \d+ with type id \d+$")
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """How to run a model: ``runs`` measured executions after ``warmup`` unmeasured ones.
+class Executions:
+    """What one runner process executes: ``runs`` measured executions after ``warmup`` unmeasured
+    ones, on ``threads``, within a deadline.
 
     ``traced`` attaches the ETDump event tracer (its overhead is in those latencies); timing-only
-    runs attach nothing. Warm-up executions are traced too and precede the measured ones.
+    runs attach nothing. Warm-up executions are traced too and precede the measured ones. (How
+    much a whole measurement runs is :class:`pytest_sme2.measure.plan.MeasurePlan`.)
     """
 
     runs: int
@@ -73,6 +76,37 @@ class RunPlan:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
         if self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class RunnerCall:
+    """One runner process: the program, its inputs, what it executes, and the directory its
+    results and log land in (fresh files each call, so a failed run is never mistaken for the
+    previous one's results)."""
+
+    program: Path
+    #: the inputs file; None only to see the runner refuse to run without one
+    inputs: Path | None
+    executions: Executions
+    workdir: Path
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a device starts the runner: the same for every call it makes of one kind."""
+
+    #: wraps the command (``qemu-aarch64 -cpu max …``, ``taskset -c 0``, ``ssh board --``)
+    prefix: tuple[str, ...] = ()
+    #: variables added to the inherited environment (``LD_PRELOAD``); the whole environment of an
+    #: ``isolated`` run
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: run in the work directory under fixed names with ``env`` as the whole environment (see
+    #: :func:`run_runner`)
+    isolated: bool = False
+    #: kernel libraries the runner loads first (:mod:`pytest_sme2.runner.kernel_libraries`)
+    libraries: tuple[Path, ...] = ()
+    #: the deadline of a call whose executions name none: longer under emulation
+    default_timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -110,7 +144,7 @@ class RunResult:
     latencies_ms: tuple[float, ...]  # measured runs only (warm-up dropped), in order
     warmup: int  # how many warm-up executions precede them (also in the ETDump when traced)
     etdump: Path | None  # traced runs only
-    outputs: Path | None  # tensor file of the last execution's outputs
+    outputs: Path  # tensor file of the last execution's outputs
     log: str  # runner stdout+stderr
     command: tuple[str, ...]
     traced: bool
@@ -124,113 +158,79 @@ class RunResult:
     seen: CpuSeen | None = None
 
 
-def runner_command(
-    binary: Path,
-    model: Path,
-    workdir: Path,
-    plan: RunPlan,
-    *,
-    inputs: Path | None,
-    want_outputs: bool = True,
-    libraries: Sequence[Path] = (),
-) -> list[str]:
-    """The runner's argument list (without a device prefix) for ``plan``; ``libraries`` are
-    kernel libraries the runner loads first (:mod:`pytest_sme2.runner.kernel_libraries`)."""
+def runner_command(binary: Path, call: RunnerCall, libraries: Sequence[Path] = ()) -> list[str]:
+    """The runner's argument list (without a device prefix) for ``call``, as its paths are
+    where the runner runs; ``libraries`` are kernel libraries the runner loads first
+    (:mod:`pytest_sme2.runner.kernel_libraries`)."""
+    executions, workdir = call.executions, call.workdir
     command = [
         str(binary),
         "--model_path",
-        str(model),
+        str(call.program),
         "--num_executions",
-        str(plan.runs),
+        str(executions.runs),
         "--warmup",
-        str(plan.warmup),
+        str(executions.warmup),
         "--cpu_threads",
-        str(plan.threads),
+        str(executions.threads),
         "--timings",
         str(workdir / TIMINGS_NAME),
     ]
-    if plan.traced:
+    if executions.traced:
         command += ["--etdump_path", str(workdir / ETDUMP_NAME)]
-    if inputs is not None:
-        command += ["--inputs", str(inputs)]
-    if want_outputs:
-        command += ["--outputs", str(workdir / OUTPUTS_NAME)]
+    if call.inputs is not None:
+        command += ["--inputs", str(call.inputs)]
+    command += ["--outputs", str(workdir / OUTPUTS_NAME)]
     for library in libraries:
         command += ["--kernel_library", str(library)]
     return command
 
 
-def run_runner(
-    binary: Path,
-    model: Path,
-    workdir: Path,
-    plan: RunPlan,
-    *,
-    inputs: Path | None,
-    want_outputs: bool = True,
-    prefix: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
-    default_timeout_s: float = DEFAULT_TIMEOUT_S,
-    isolated: bool = False,
-    libraries: Sequence[Path] = (),
-) -> RunResult:
-    """Run ``model`` under ``plan``; RunnerError (stderr tail + command) if anything fails.
+def run_runner(binary: Path, call: RunnerCall, launch: Launch = Launch()) -> RunResult:
+    """Run ``call`` as ``launch`` says; RunnerError (stderr tail + command) if anything fails.
 
-    ``prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
-    ``env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``); the runner loads
-    ``libraries`` first (:mod:`pytest_sme2.runner.kernel_libraries`). The deadline is
-    ``plan.timeout_s``, else ``default_timeout_s`` (the device's: longer under emulation).
+    ``launch.prefix`` wraps the command (e.g. ``qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu``);
+    ``launch.env`` adds variables to the inherited environment (e.g. an ``LD_PRELOAD``); the runner
+    loads ``launch.libraries`` first. The deadline is the executions', else the launch's default
+    (the device's: longer under emulation).
 
-    ``isolated`` runs the runner in ``workdir`` under fixed names (:data:`STAGED_BINARY` and the
-    model and inputs linked in) with ``env`` as its whole environment. Why: the runner's heap
-    holds its paths, and the process's stack its environment, so their lengths move what libc's
-    allocator and string functions execute: by 10–200 instructions of an inference or a method
-    init between two run directories. A device that counts instructions runs isolated, so
-    the same program counts the same in any directory, checkout, session or pytest test.
+    An ``isolated`` launch runs the runner in the work directory under fixed names
+    (:data:`STAGED_BINARY` and the model and inputs linked in) with ``env`` as its whole
+    environment. Why: the runner's heap holds its paths, and the process's stack its environment,
+    so their lengths move what libc's allocator and string functions execute: by 10–200
+    instructions of an inference or a method init between two run directories. A device that
+    counts instructions runs isolated, so the same program counts the same in any directory,
+    checkout, session or pytest test.
     """
+    workdir = call.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (TIMINGS_NAME, ETDUMP_NAME, OUTPUTS_NAME, LOG_NAME):
         (workdir / name).unlink(missing_ok=True)
-    staged = staged_files(binary, model, inputs, libraries) if isolated else None
-    command = runner_command(
-        STAGED_BINARY if isolated else binary,
-        STAGED_MODEL if isolated else model,
-        Path() if isolated else workdir,
-        plan,
-        inputs=None if inputs is None else STAGED_INPUTS if isolated else inputs,
-        want_outputs=want_outputs,
-        libraries=staged_libraries(len(libraries)) if isolated else libraries,
-    )
-    if isolated:
-        # a name alone would be looked up on PATH (the binary) or the library path (dlopen)
-        command = [f"./{part}" if part in SEARCHED else part for part in command]
-        environment = dict(env or {})
-    else:
-        environment = {**os.environ, **env} if env else None
-    with linked(workdir, staged or {}):
-        return _run_in(
-            workdir,
-            plan,
-            [*prefix, *command],
-            env=environment,
-            staged=staged,
-            want_outputs=want_outputs,
-            default_timeout_s=default_timeout_s,
-        )
+    libraries = launch.libraries
+    if not launch.isolated:
+        command = runner_command(binary, call, libraries)
+        environment = {**os.environ, **launch.env} if launch.env else None
+        return _run_in(call, [*launch.prefix, *command], environment, None, launch)
+    staged = staged_files(binary, call.program, call.inputs, libraries)
+    inputs = None if call.inputs is None else STAGED_INPUTS
+    here = RunnerCall(STAGED_MODEL, inputs, call.executions, Path())
+    command = runner_command(STAGED_BINARY, here, staged_libraries(len(libraries)))
+    # a name alone would be looked up on PATH (the binary) or the library path (dlopen)
+    command = [f"./{part}" if part in SEARCHED else part for part in command]
+    with linked(workdir, staged):
+        return _run_in(call, [*launch.prefix, *command], dict(launch.env), staged, launch)
 
 
 def _run_in(
-    workdir: Path,
-    plan: RunPlan,
+    call: RunnerCall,
     command: Sequence[str],
-    *,
     env: Mapping[str, str] | None,
     staged: Mapping[Path, Path] | None,
-    want_outputs: bool,
-    default_timeout_s: float,
+    launch: Launch,
 ) -> RunResult:
-    """Run the full ``command`` (in ``workdir`` with the ``staged`` links when isolated) and
-    collect what it wrote; a failure names the real files, not the links."""
+    """Run the full ``command`` (in the work directory with the ``staged`` links when isolated)
+    and collect what it wrote; a failure names the real files, not the links."""
+    workdir = call.workdir
     shown = shlex.join(command)
     real = staged or {}
     cwd = workdir.resolve() if staged is not None else None
@@ -247,7 +247,7 @@ def _run_in(
             tail = re.sub(rf"(?<![\w/.]){re.escape(str(name))}\b", str(target), tail)
         return tail
 
-    deadline = plan.timeout_s or default_timeout_s
+    deadline = call.executions.timeout_s or launch.default_timeout_s
     try:
         proc = run_process(command, timeout_s=deadline, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as err:
@@ -266,7 +266,7 @@ def _run_in(
             f"runner {exit_reason(proc.returncode)}: {said(proc.stderr)}; "
             f"full log: {saved}; command: {shown}"
         )
-    return collect_result(workdir, plan, log, command, want_outputs=want_outputs)
+    return collect_result(workdir, call.executions, log, command)
 
 
 def run_process(
@@ -384,15 +384,10 @@ def runner_tail(stderr: str, lines: int = 3) -> str:
 
 
 def collect_result(
-    workdir: Path,
-    plan: RunPlan,
-    log: str,
-    command: Sequence[str],
-    *,
-    want_outputs: bool = True,
+    workdir: Path, executions: Executions, log: str, command: Sequence[str]
 ) -> RunResult:
     """The RunResult of a finished run whose files are in ``workdir`` (written there, or pulled
-    from a device): timings checked against ``plan``, and every promised file present."""
+    from a device): timings checked against ``executions``, and every promised file present."""
     shown = shlex.join(command)
     timings_path = workdir / TIMINGS_NAME
     try:
@@ -407,13 +402,14 @@ def collect_result(
         raise RunnerError(
             f"{timings_path}: runner timings unreadable ({err}); command: {shown}"
         ) from err
-    if warmup != plan.warmup or len(latencies) != plan.warmup + plan.runs:
+    expected = executions.warmup + executions.runs
+    if warmup != executions.warmup or len(latencies) != expected:
         raise RunnerError(
-            f"{timings_path}: expected {plan.warmup} warm-up + {plan.runs} runs, got {warmup} "
-            f"warm-up and {len(latencies)} latencies; command: {shown}"
+            f"{timings_path}: expected {executions.warmup} warm-up + {executions.runs} runs, got "
+            f"{warmup} warm-up and {len(latencies)} latencies; command: {shown}"
         )
-    etdump = workdir / ETDUMP_NAME if plan.traced else None
-    outputs = workdir / OUTPUTS_NAME if want_outputs else None
+    etdump = workdir / ETDUMP_NAME if executions.traced else None
+    outputs = workdir / OUTPUTS_NAME
     for produced in (etdump, outputs):
         if produced is not None and not produced.is_file():
             raise RunnerError(f"{produced}: the runner did not write it; command: {shown}")
@@ -424,7 +420,7 @@ def collect_result(
         outputs=outputs,
         log=log,
         command=tuple(command),
-        traced=plan.traced,
+        traced=executions.traced,
         load=load,
         cpu_ms=cpu_ms,
         preemptions=preemptions,
