@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2.devices.kinds import BUILT_IN_KINDS
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_file import load
@@ -182,7 +183,7 @@ def test_calibrate_refuses_one_measurement_and_an_update() -> None:
     ini = {option.dest: option.default for option in OPTIONS}
 
     def settings(**options: object):
-        return resolve(options.get, lambda key: ini.get(key, ""), Path("."))
+        return resolve(options.get, lambda key: ini.get(key, ""), Path("."), BUILT_IN_KINDS)
 
     assert settings(sme2_calibrate="3").policy.calibrate_runs == 3
     with pytest.raises(ConfigError, match="--sme2-calibrate=1: give the number of unchanged"):

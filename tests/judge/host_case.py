@@ -17,7 +17,7 @@ from pytest_sme2.judge.baseline_file import read
 from pytest_sme2.judge.check import CaseCheck
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.policy import Policy
-from pytest_sme2.measure.case import MeasurePlan, measure_program
+from pytest_sme2.measure.case import MeasurePlan, measure
 from pytest_sme2.measure.deadline import Deadline
 from pytest_sme2.measure.plan import CaseProgram
 from pytest_sme2.records.measurement import Measurement
@@ -44,7 +44,7 @@ def measure_on_host(device: HostDevice, spec: ModelSpec, workdir: Path) -> Measu
     is judged at all is tests/test_disturbance.py's subject."""
     artifact, reference = export_model(spec, "fp32"), export_model(REFERENCE, "fp32")
     program = CaseProgram(spec.name, "fp32", artifact.pte, artifact.inputs)
-    measured = measure_program(
+    measured = measure(
         device,
         program,
         PLAN,
