@@ -12,7 +12,7 @@ Nothing heavy is imported at module load: the plugin imports this module when py
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,21 +104,27 @@ def test_id(item: pytest.Item) -> str:
 
 
 def expectations(node: pytest.Item) -> Expectations:
-    """Expectations from every ``sme2`` marker on the test, the closest marker winning per key,
-    then the case's model's own (``register_model(expect=...)``) over them; a ConfigError naming
-    the test (or model), the keyword and the value for a mistake."""
+    """The test's expectations: its ``sme2`` markers' and its case's model's
+    (:func:`merged_expectations`)."""
+    return merged_expectations(list(node.iter_markers("sme2")), case_of(node), test_id(node))
+
+
+def merged_expectations(marks: Sequence[pytest.Mark], case: Case | None, test: str) -> Expectations:
+    """Expectations from every ``sme2`` marker of ``test`` (``marks``, closest first), the
+    closest marker winning per key, then the case's model's own (``register_model(expect=...)``)
+    over them; a ConfigError naming the test (or model), the keyword and the value for a
+    mistake."""
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.judge.expectations import Expectations
 
     kwargs: dict[str, Any] = {}
-    for marker in reversed(list(node.iter_markers("sme2"))):
-        if marker.args:
+    for mark in reversed(marks):
+        if mark.args:
             raise ConfigError(
-                f"{test_id(node)}: @pytest.mark.sme2{marker.args!r}: takes keyword arguments only"
+                f"{test}: @pytest.mark.sme2{mark.args!r}: takes keyword arguments only"
             )
-        kwargs.update(marker.kwargs)
-    case = case_of(node)
-    where = f"{test_id(node)}: @pytest.mark.sme2"
+        kwargs.update(mark.kwargs)
+    where = f"{test}: @pytest.mark.sme2"
     if case is not None and case.model.expectations(case.dtype):
         kwargs.update(case.model.expectations(case.dtype))
         where += f" with register_model({case.model.name!r}, expect=...)"

@@ -9,6 +9,7 @@ function here is what one of its collection hooks does.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pytest
@@ -90,7 +91,7 @@ def check_collected(config: pytest.Config, items: list[pytest.Item]) -> None:
     items[:] = kept
 
 
-def export_collected(items: list[pytest.Item]) -> None:
+def export_collected(cases: Sequence[Case]) -> None:
     """Every collected case exported before the session's first measurement (``prefetch``); a
     registered program has nothing to export. xdist's workers collect the same cases: each starts
     at its own offset of one order (biggest graphs first, as a session alone exports), so two
@@ -99,7 +100,6 @@ def export_collected(items: list[pytest.Item]) -> None:
     from pytest_sme2.export.program_files import ProgramSpec
     from pytest_sme2.export.reference import REFERENCE
 
-    cases = [case for case in map(case_of, items) if case is not None]
     if not cases:
         return
     exported = [case for case in cases if not isinstance(case.model, ProgramSpec)]

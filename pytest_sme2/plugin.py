@@ -20,6 +20,7 @@ from pytest_sme2.case_context import (
     CaseContext,
     CaseJudge,
     CaseMeasure,
+    case_of,
     or_fail,
     prepared_device,
 )
@@ -149,7 +150,7 @@ def sme2_reference() -> tuple[Path, Path]:
 def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
     a registered program has nothing to export."""
-    export_collected(request.session.items)
+    export_collected([case for case in map(case_of, request.session.items) if case is not None])
 
 
 @pytest.fixture
