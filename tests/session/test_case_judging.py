@@ -1,8 +1,8 @@
 """One test of a case on its objects: a :class:`CaseContext` of a real exported model on the host,
 measured by :class:`CaseMeasure` and judged by :class:`CaseJudge` against baselines in a temporary
 directory — what ``sme2_measure`` and ``sme2_judge`` do inside a user's test, without a pytest
-session around it. The judged item is a twin of this test's own (:func:`item`): its markers are
-the ``sme2`` markers judged, and its outcome is not this session's to report."""
+session around it. The judged item is a twin of this test's own (``contexts.twin``): its markers
+are the ``sme2`` markers judged, and its outcome is not this session's to report."""
 
 from __future__ import annotations
 
@@ -25,37 +25,15 @@ from pytest_sme2.case_context import (
     or_fail,
 )
 from pytest_sme2.devices.host import HostDevice
-from pytest_sme2.devices.spec import parse_device_specs
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec, get_model
 from pytest_sme2.export.reference import REFERENCE
-from pytest_sme2.judge.baseline import baseline_path
 from pytest_sme2.judge.baseline_file import read
-from pytest_sme2.measure.fleet import Fleet
-from pytest_sme2.measure.settle import MachineSpeed
 from pytest_sme2.records.measurement import Measurement
-from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS, Case, Settings, resolve
+from pytest_sme2.settings import Case
 from tests.measurements import counted_measurement
-
-#: a short plan, time judged beside the other xdist worker at 25 % (see tests/test_plugin.py)
-FAST = {
-    "sme2_runs": "12",
-    "sme2_rounds": "3",
-    "sme2_traced_runs": "2",
-    "sme2_warmup": "2",
-    "sme2_latency_tolerance": "25",
-    "sme2_init_time_tolerance": "50",
-    "sme2_judge_disturbed": True,
-}
-
-
-def settings(root: Path, **options: Any) -> Settings:
-    """The session's settings as pytest resolves them from ``options`` (by dest) over the
-    defaults, on the host, the baselines under ``root``."""
-    given = {**FAST, "sme2_device": "host", "sme2_baseline_dir": str(root), **options}
-    defaults = {o.dest: o.default for o in OPTIONS} | {FLEET_INI: "", CATEGORY_OVERRIDES_INI: []}
-    return resolve(given.get, defaults.get, root)
+from tests.session.contexts import case_context, host_case, settings, twin
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +47,7 @@ def host() -> HostDevice:
 def toy_cnn() -> Case:
     import models  # noqa: F401  (registers toy_cnn)
 
-    (spec,) = parse_device_specs("host")
-    return Case(get_model("toy_cnn"), "fp32", 1, False, spec, False)
+    return host_case(get_model("toy_cnn"))
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +61,7 @@ Contexts = Callable[..., CaseContext]
 
 @pytest.fixture
 def item(request: pytest.FixtureRequest) -> pytest.Item:
-    """A twin of this test's item, as a user's test of the case would be (its markers, its
-    stash), that this session does not run: the outcome the judging leaves on it is the test's
-    to assert, not this session's to write report files of."""
-    return pytest.Function.from_parent(
-        request.node.parent, name=f"{request.node.name}-judged", callobj=request.function
-    )
+    return twin(request)
 
 
 @pytest.fixture
@@ -105,21 +77,7 @@ def context(
 
     def make(**options: Any) -> CaseContext:
         chosen = settings(tmp_path / "baselines", **options)
-        path = baseline_path(chosen.baseline_dir, "host", "toy_cnn", "fp32", 1)
-        return CaseContext(
-            node=item,
-            case=toy_cnn,
-            settings=chosen,
-            policy=chosen.policy,
-            program=case_program(toy_cnn, export_model(toy_cnn.model, "fp32")),
-            device=host,
-            fleet=Fleet(lambda _: None),
-            baseline_path=path,
-            stored=or_fail(lambda: read(path, update=chosen.update_baselines)),
-            directory=tmp_path / "run",
-            reference=reference,
-            speed=MachineSpeed(),
-        )
+        return case_context(item, toy_cnn, chosen, host, reference, tmp_path / "run")
 
     return make
 
@@ -311,14 +269,14 @@ def test_a_slowed_case_fails_only_once_fresh_measurements_confirm_it(
     # would end the case before the re-measure this test is about
     loose = {"sme2_instruction_tolerance": "400", "sme2_memory_tolerance": "400"}
 
-    def case_context(spec: ModelSpec, **options: Any) -> CaseContext:
+    def of(spec: ModelSpec, **options: Any) -> CaseContext:
         made = context(**timed, **options)
         case = replace(made.case, model=spec)
         return replace(made, case=case, program=case_program(case, export_model(spec, "fp32")))
 
-    recorded = case_context(small, sme2_update_baselines=True)
+    recorded = of(small, sme2_update_baselines=True)
     judge(recorded, CaseMeasure(recorded)(""))
-    slowed = case_context(big, **loose)
+    slowed = of(big, **loose)
     with pytest.raises(pytest.fail.Exception) as failed:
         judge(slowed, CaseMeasure(slowed)(""))
     said = str(failed.value)
