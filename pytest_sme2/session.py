@@ -315,7 +315,7 @@ class Sme2Session:
         if self._history is not None:
             self._history.close()
         if self.worker:
-            self.config.workeroutput[_WORKER_FOUND] = {  # type: ignore[attr-defined]
+            self.config.workeroutput[_WORKER_FOUND] = {
                 "unused": None if self.unused is None else self.unused.to_json(),
                 "exports": [done.to_json() for done in self.exports],
             }
@@ -346,21 +346,23 @@ class Sme2Session:
 
         if not any(outcome.case_report for outcome in self.outcomes.values()):
             return  # no test wrote its files: nothing to report on
-        if self._settings is not None and self._settings.history is not None:
-            self._history_found = write_history_page(self._settings.history, self.config.rootpath)
-        self.report = report = self.session_report()
+        # (an xdist controller resolves the settings here: it collected nothing)
+        if self.settings.history is not None:
+            self._history_found = write_history_page(self.settings.history, self.config.rootpath)
+        report = self.session_report()
         self.written, self.write_error = write_session_report(report)
         if self.write_error and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def session_report(self) -> SessionReport:
-        """The session report model: built once, when the session has ended."""
+        """The session report model, built once the session has ended (its unused baselines
+        found, its history page written), on first use."""
         from pytest_sme2.report.session_report import build_session_report
 
         if self.report is not None:
             return self.report
         page, problems = self._history_found
-        return build_session_report(
+        self.report = build_session_report(
             (self.outcomes[nodeid] for nodeid in sorted(self.outcomes)),
             here=self.config.invocation_params.dir,
             unused=self.unused,
@@ -368,6 +370,7 @@ class Sme2Session:
             history_page=page,
             history_problems=problems,
         )
+        return self.report
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_sme2.report.terminal import summary

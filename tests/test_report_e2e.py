@@ -296,6 +296,7 @@ def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_
         "1",
         "--log-level=DEBUG",
         "--sme2-models=report_tiny,report_broken",
+        "--sme2-history=history",
     )
     result.assert_outcomes(passed=1, xfailed=1)
     reason = (
@@ -322,6 +323,9 @@ def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_
             "* in all, * s (summed over processes)",
         ]
     )
+    # the controller, which collected nothing, writes the history page of what its worker judged
+    result.stdout.fnmatch_lines([f"pytest-sme2 history page: {Path('history') / 'index.html'}"])
+    assert (pytester.path / "history" / "index.html").is_file()
 
     # report.md: the unmeasured case, its outcome and reason.
     session = (artifacts / "report.md").read_text()
