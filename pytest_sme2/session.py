@@ -271,10 +271,9 @@ class Sme2Session:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_header(self, cells: list[str]) -> None:
-        from pytest_sme2.report.html import COLUMNS
+        from pytest_sme2.report.html import header_cells
 
-        for offset, (title, column, _) in enumerate(COLUMNS):
-            cells.insert(2 + offset, f'<th class="col-{column}">{title}</th>')
+        cells[2:2] = header_cells()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:

@@ -43,6 +43,11 @@ _STYLE = (
 )
 
 
+def header_cells() -> list[str]:
+    """The extra columns' headers, in :data:`COLUMNS` order."""
+    return [f'<th class="col-{column}">{title}</th>' for title, column, _ in COLUMNS]
+
+
 def row_cells(cells: Mapping[str, str]) -> list[str]:
     """A test's extra result-table cells, in :data:`COLUMNS` order, from its summary row
     (``session_report.summary_cells``: the cells every table of the session shows)."""
