@@ -1,7 +1,8 @@
-"""pytest glue: options, the ``sme2`` marker, fixtures and hooks. Every decision is made by the
-stage modules (settings, export, run, judge); what the session knows is one object,
-:class:`~pytest_sme2.session.Sme2Session`, kept in ``config.stash``; each hook and fixture here is
-a few lines that ask it or a stage module.
+"""pytest glue: options, the ``sme2`` marker, the hookspecs and the fixtures. What the session
+knows, and its hooks, are one object registered as a plugin at configure time,
+:class:`~pytest_sme2.session.Sme2Session`; each fixture here is a few lines that ask it or a stage
+module, and the per-case ones are a few lines over the case's values
+(:class:`~pytest_sme2.case_context.CaseContext`, built once per test).
 
 Nothing heavy is imported at plugin load, so a pytest run that uses none of this pays nothing and
 cannot be broken by it.
@@ -9,22 +10,22 @@ cannot be broken by it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_sme2.session import (
-    SESSION_KEY,
+from pytest_sme2.case_context import (
+    CaseContext,
     CaseJudge,
     CaseMeasure,
-    Sme2Session,
-    choose_loadgroup,
-    expectations,
+    case_of,
     or_fail,
     prepared_device,
 )
+from pytest_sme2.collection import choose_loadgroup, export_collected
+from pytest_sme2.session import SESSION_KEY, Sme2Session, start_progress
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
 if TYPE_CHECKING:
@@ -94,40 +95,15 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_sme2.interrupt import unwind_on_sigterm
-    from pytest_sme2.report_plugin import ReportPlugin
 
     config.addinivalue_line("markers", MARKER_HELP)
-    config.stash[SESSION_KEY] = Sme2Session(config)
-    config.pluginmanager.register(ReportPlugin(config), "sme2-report")
+    session = config.stash[SESSION_KEY] = Sme2Session(config)
+    config.pluginmanager.register(session, "sme2-session")
+    start_progress(config)
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         # The xdist controller collects nothing, so it never resolves the settings; it writes
         # the session report.md and must outlive its workers to stop them in order.
         config.add_cleanup(unwind_on_sigterm())
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "sme2_case" in metafunc.fixturenames:
-        Sme2Session.of(metafunc.config).parametrize(metafunc)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    Sme2Session.of(config).check_collected(items)
-
-
-def pytest_deselected(items: list[pytest.Item]) -> None:
-    if items:
-        Sme2Session.of(items[0].config).deselected = True
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    Sme2Session.of(session.config).finish(exitstatus)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    """An xdist worker ended (controller): take what it found at its session's end."""
-    Sme2Session.of(node.config).worker_finished(getattr(node, "workeroutput", None))
 
 
 @pytest.fixture(scope="session")
@@ -176,7 +152,7 @@ def sme2_reference() -> tuple[Path, Path]:
 def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
     a registered program has nothing to export."""
-    Sme2Session.of(request.config).export_collected(request.session.items)
+    export_collected([case for case in map(case_of, request.session.items) if case is not None])
 
 
 @pytest.fixture
@@ -209,14 +185,12 @@ def sme2_artifact(
 
 @pytest.fixture
 def sme2_artifacts_dir(
-    sme2_case: Case, sme2_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    sme2_case: Case, pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """Where this test's traces, logs and outputs go (``--sme2-artifacts``, else pytest's
     basetemp)."""
-    root = sme2_settings.artifacts or tmp_path_factory.getbasetemp() / "sme2-artifacts"
-    path = root / sme2_case.device.directory / sme2_case.stem
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    session = Sme2Session.of(pytestconfig)
+    return session.artifacts_dir(sme2_case, tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture
@@ -226,39 +200,37 @@ def sme2_machine_speed(sme2_case: Case, sme2_fleet: Fleet) -> MachineSpeed:
 
 
 @pytest.fixture
-def sme2_measure(
+def sme2_context(
     request: pytest.FixtureRequest,
     sme2_case: Case,
     sme2_artifact: Artifact,
     sme2_device: Device,
-    sme2_settings: Settings,
-    sme2_artifacts_dir: Path,
+    sme2_stored_baseline: Stored,
     sme2_reference: tuple[Path, Path],
-    sme2_machine_speed: MachineSpeed,
-    sme2_baseline: Baseline | None,
-    sme2_fleet: Fleet,
-) -> Callable[[str], Measurement]:
-    """``sme2_measure(label)``: measure the current case afresh, its files under ``label``.
-
-    Each runner call's deadline follows from the case's baseline
-    (``pytest_sme2.measure.deadline``)."""
-    from pytest_sme2.measure.deadline import Deadline
-
-    fixed_s = sme2_settings.plan.timeout_s
-    info = sme2_device.info()
-    deadline = sme2_baseline.deadline(info, fixed_s) if sme2_baseline else Deadline(fixed_s)
-    return CaseMeasure(
+    sme2_artifacts_dir: Path,
+) -> CaseContext:
+    """The current case's values — case, settings, program, device, baseline, run directory,
+    reference workload, machine speed, history — gathered once for ``sme2_measure`` and
+    ``sme2_judge``."""
+    session = Sme2Session.of(request.config)
+    return session.case_context(
         request.node,
         sme2_case,
         sme2_artifact,
         sme2_device,
-        sme2_settings,
-        sme2_artifacts_dir,
+        sme2_stored_baseline,
         sme2_reference,
-        sme2_machine_speed,
-        sme2_fleet,
-        deadline,
+        sme2_artifacts_dir,
     )
+
+
+@pytest.fixture
+def sme2_measure(sme2_context: CaseContext) -> Callable[[str], Measurement]:
+    """``sme2_measure(label)``: measure the current case afresh, its files under ``label``.
+
+    Each runner call's deadline follows from the case's baseline
+    (``pytest_sme2.measure.deadline``)."""
+    return CaseMeasure(sme2_context)
 
 
 @pytest.fixture
@@ -283,16 +255,9 @@ def sme2_trace(sme2_measurement: Measurement) -> Trace:
 
 
 @pytest.fixture
-def sme2_baseline_path(sme2_case: Case, sme2_settings: Settings) -> Path:
-    from pytest_sme2.judge.baseline import baseline_path
-
-    return baseline_path(
-        sme2_settings.baseline_dir,
-        sme2_case.device.directory,
-        sme2_case.model.name,
-        sme2_case.dtype,
-        sme2_case.threads,
-    )
+def sme2_baseline_path(sme2_case: Case, pytestconfig: pytest.Config) -> Path:
+    """Where the current case's baseline is kept."""
+    return Sme2Session.of(pytestconfig).baseline_path(sme2_case)
 
 
 @pytest.fixture
@@ -311,59 +276,15 @@ def sme2_baseline(sme2_stored_baseline: Stored) -> Baseline | None:
 
 
 @pytest.fixture(scope="session")
-def sme2_history(pytestconfig: pytest.Config) -> Iterator[HistoryLog | None]:
+def sme2_history(pytestconfig: pytest.Config) -> HistoryLog | None:
     """This session's (and xdist worker's) history file under ``--sme2-history``, else None
-    (``Sme2Session.open_history``); closed when the session's tests are done."""
-    log = Sme2Session.of(pytestconfig).open_history()
-    yield log
-    if log is not None:
-        log.close()
+    (``Sme2Session.history_log``); closed when the session ends."""
+    return Sme2Session.of(pytestconfig).history_log()
 
 
 @pytest.fixture
-def sme2_judge(
-    request: pytest.FixtureRequest,
-    sme2_settings: Settings,
-    sme2_baseline_path: Path,
-    sme2_stored_baseline: Stored,
-    sme2_measure: Callable[[str], Measurement],
-    sme2_case: Case,
-    sme2_device: Device,
-    sme2_reference: tuple[Path, Path],
-    sme2_artifacts_dir: Path,
-    sme2_machine_speed: MachineSpeed,
-    sme2_history: HistoryLog | None,
-) -> CaseJudge:
+def sme2_judge(sme2_context: CaseContext, sme2_measure: Callable[[str], Measurement]) -> CaseJudge:
     """``sme2_judge(measurement)`` judges every gate, writes/updates the baseline as asked, and
     fails the test with reviewer sentences when a gate fails (or is skipped under --sme2-strict);
     a failure of only time gates is confirmed by a fresh measurement first (``judge.check``)."""
-    from pytest_sme2.judge.check import CaseCheck
-    from pytest_sme2.measure.settle import settle_before_confirming
-
-    node = request.node
-
-    def settle(recorded_reference_ms: float | None) -> str:
-        return settle_before_confirming(
-            sme2_device,
-            sme2_reference,
-            sme2_machine_speed,
-            recorded_reference_ms,
-            sme2_artifacts_dir / "confirm",
-            threads=sme2_case.threads,
-        )
-
-    check = CaseCheck(
-        sme2_settings.policy,
-        sme2_baseline_path,
-        sme2_stored_baseline,
-        # checked at collection; a marker applied since (request.applymarker) only now
-        expectations=lambda: expectations(node),
-        measure=sme2_measure,
-        settle=settle,
-        nodeid=node.nodeid,
-        device_id=sme2_case.device.id,
-        artifacts=sme2_artifacts_dir,
-        history=sme2_history,
-        benchmarks=getattr(request.config, "_benchmarksession", None),
-    )
-    return CaseJudge(node, check)
+    return CaseJudge(sme2_context, sme2_context.check(sme2_measure))

@@ -1,8 +1,10 @@
-"""History over commits, for real: a user's project in a throwaway git repository, one qemu-sme2
-session per commit (exact instruction counts), the model made ~6 % bigger at commit 4 and made
-small again at commit 6. ``sme2 history`` must name commit 4, and only commit 4, as the step; the
-revert must show as one. Two devices' records, copied together with bad files beside them, make
-one page, each bad file named in one line."""
+"""History over commits, for real: a user's project in a throwaway git repository, its case
+measured on qemu-sme2 (exact instruction counts), judged and recorded as one session per commit
+would (a case context and a history log, no pytest session around them), the model made ~6 %
+bigger at commit 4 and made small again at commit 6. ``sme2 history`` must name commit 4, and
+only commit 4, as the step; the revert must show as one. Two devices' records, copied together
+with bad files beside them, make one page, each bad file named in one line. Where the commit
+comes from is the session's: its configuration, as pytest parses it."""
 
 from __future__ import annotations
 
@@ -11,134 +13,145 @@ import os
 import re
 import shutil
 import subprocess
-import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_sme2.cache import cache_root
+from pytest_sme2.case_context import CaseJudge, CaseMeasure
 from pytest_sme2.cli import main
 from pytest_sme2.devices.host import HostDevice
+from pytest_sme2.devices.kinds import BUILT_IN_KINDS
+from pytest_sme2.devices.spec import parse_device_specs
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import ModelSpec
+from pytest_sme2.export.reference import REFERENCE
 from pytest_sme2.judge.history import (
     PAGE_NAME,
     SCHEMA_VERSION,
     GitState,
     HistoryLog,
     HistoryRecord,
+    HistoryWarning,
     commit_ranks,
     git_state,
     package_version,
     read_history,
 )
 from pytest_sme2.measure.case import MeasurePlan
+from pytest_sme2.measure.fleet import Fleet
+from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.report.case_trend import CaseTrends
 from pytest_sme2.report.history_page import history_html, points_table
 from pytest_sme2.report.trends import Trends, build_series, find_steps, quantities
+from pytest_sme2.session import Sme2Session
+from pytest_sme2.session_end import write_history_page
+from pytest_sme2.settings import Case
 from tests.measurements import measure_toy_cnn, scaled
+from tests.session.contexts import case_context, settings, twin
 
-#: Resolved at import: the inner sessions reuse the real export cache and the provisioned qemu.
-CACHE = cache_root()
-
-#: A user's conftest: a small plain-torch model whose input is WIDTH pixels wide.
-CONFTEST = """
-import torch
-from torch import nn
-
-from pytest_sme2 import register_model
-
-WIDTH = 32
+pytest_plugins = ["pytester"]
 
 
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+def _net(width: int = 32) -> Any:
+    """A user's plain-torch model: two convolutions, then the mean of each channel (its input is
+    ``width`` pixels wide)."""
+    import torch
+    from torch import nn
 
-    def forward(self, x):
-        return torch.relu(self.conv2(torch.relu(self.conv1(x)))).mean(dim=(2, 3))
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+            self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
 
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv2(torch.relu(self.conv1(x)))).mean(dim=(2, 3))
 
-def inputs(seed):
-    return (torch.randn(1, 3, 32, WIDTH, generator=torch.Generator().manual_seed(seed)),)
-
-
-@register_model("trend_net", inputs=inputs, dtypes=("fp32",))
-def trend_net():
     torch.manual_seed(0)
     return Net().eval()
-"""
-
-TEST = """
-def test_model(sme2_measurement, sme2_judge):
-    sme2_judge(sme2_measurement)
-"""
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+def _inputs(seed: int, width: int = 32) -> tuple[Any, ...]:
+    import torch
+
+    return (torch.randn(1, 3, 32, width, generator=torch.Generator().manual_seed(seed)),)
+
+
+def trend_net(width: int) -> ModelSpec:
+    """The user's model at one commit: its input ``width`` pixels wide."""
+    return ModelSpec("trend_net", _net, _inputs, "two convs", ("fp32",), params=(("width", width),))
+
+
+def _git(repo: Path, *args: str, number: int = 1) -> str:
+    """``git args`` in ``repo``; a commit made as commit ``number``, an hour after the one before
+    (a shallow clone places commits by their time)."""
+    when = f"2026-11-01T{number:02d}:00:00Z"
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    done = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True, env=env
+    )
     return done.stdout.strip()
 
 
-def _project(path: Path, *, git: bool) -> Path:
+def _project(path: Path) -> Path:
+    """A user's project in a git repository of its own, at commit 1."""
     path.mkdir()
-    (path / "conftest.py").write_text(CONFTEST)
-    (path / "test_model.py").write_text(TEST)
     (path / "NOTES").write_text("commit 1\n")
-    if git:
-        (path / ".gitignore").write_text("baselines/\nartifacts/\n")
-        _git(path, "init", "-q", "-b", "main")
-        _git(path, "config", "user.email", "dev@example.com")
-        _git(path, "config", "user.name", "dev")
-        _git(path, "add", "-A")
-        _git(path, "commit", "-qm", "commit 1")
+    (path / ".gitignore").write_text("baselines/\nartifacts/\n")
+    _git(path, "init", "-q", "-b", "main")
+    _git(path, "config", "user.email", "dev@example.com")
+    _git(path, "config", "user.name", "dev")
+    _git(path, "add", "-A")
+    _git(path, "commit", "-qm", "commit 1")
     return path
 
 
-def _commit(project: Path, number: int, width: int | None = None) -> str:
-    """Commit ``number``: the model's input ``width`` wide, else only a note changed."""
-    if width is not None:
-        conftest = project / "conftest.py"
-        text = conftest.read_text()
-        start = text.index("WIDTH = ")
-        end = text.index("\n", start)
-        conftest.write_text(text[:start] + f"WIDTH = {width}" + text[end:])
+def _commit(project: Path, number: int) -> str:
     with (project / "NOTES").open("a") as notes:
         notes.write(f"commit {number}\n")
-    _git(project, "commit", "-qam", f"commit {number}")
+    _git(project, "commit", "-qam", f"commit {number}", number=number)
     return _git(project, "rev-parse", "HEAD")
 
 
-def _session(project: Path, history: Path, device: str = "qemu-sme2", *more: str) -> str:
-    """One cheap qemu-sme2 session of the project, recording its history."""
-    return _pytest(project, f"--sme2-device={device}", f"--sme2-history={history}", *more)
+@pytest.fixture(scope="module")
+def reference() -> tuple[Path, Path]:
+    artifact = export_model(REFERENCE, "fp32")
+    return artifact.pte, artifact.inputs
 
 
-def _pytest(project: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """One cheap session of the project's test, invoked in ``project`` with ``args``."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "test_model.py",
-            "--sme2-runs=2",
-            "--sme2-rounds=1",
-            "--sme2-traced-runs=2",
-            "--sme2-update-baselines",
-            "--sme2-artifacts=artifacts",
-            *args,
-        ],
-        cwd=project,
-        env={**os.environ, "SME2_CACHE_DIR": str(CACHE), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    return done.stdout
+class Judged:
+    """A device's cases judged and recorded as a session would record them (``--sme2-history``,
+    ``--sme2-update-baselines``), one history file per session: its log."""
+
+    def __init__(self, request: pytest.FixtureRequest, root: Path, device: str) -> None:
+        (self.spec,) = parse_device_specs(device, BUILT_IN_KINDS)
+        self.device = Fleet(lambda _: None).device(self.spec)
+        self.node = twin(request)
+        self.root = root
+        self.measured: dict[int, Measurement] = {}
+
+    def measure(self, width: int, reference: tuple[Path, Path]) -> Measurement:
+        """The model at ``width`` measured on the device (exact counts: once per width)."""
+        if width not in self.measured:
+            context = self.context(width, reference, None)
+            self.measured[width] = CaseMeasure(context)(f"w{width}")
+        return self.measured[width]
+
+    def context(self, width: int, reference: tuple[Path, Path], log: HistoryLog | None) -> Any:
+        case = Case(trend_net(width), "fp32", 1, False, self.spec, False)
+        chosen = settings(self.root / "baselines", sme2_update_baselines=True)
+        made = case_context(self.node, case, chosen, self.device, reference, self.root / "run")
+        return replace(made, history=log)
+
+    def session(self, log: HistoryLog, width: int, reference: tuple[Path, Path]) -> None:
+        """One session at the project's commit: the case judged, its record appended."""
+        m = self.measure(width, reference)
+        context = self.context(width, reference, log)
+        CaseJudge(context, context.check(CaseMeasure(context))).check(m)
+        log.close()
 
 
 def _history(
@@ -160,26 +173,32 @@ def _steps(summary: str) -> list[str]:
 
 
 def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    reference: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    project = _project(tmp_path / "project", git=True)
+    """One qemu-sme2 session per commit (exact instruction counts), the model's input made
+    6.25 % wider at commit 4 and narrow again at commit 6."""
+    project = _project(tmp_path / "project")
     history = tmp_path / "history"
+    qemu = Judged(request, tmp_path, "qemu-sme2")
     commits = [_git(project, "rev-parse", "HEAD")]
-    _session(project, history)
-    for number in (2, 3, 4, 5):
-        # commit 4: 34 pixels wide instead of 32, 6.25 % more pixels to convolve
-        commits.append(_commit(project, number, width=34 if number == 4 else None))
-        _session(project, history)
-    first_five = tmp_path / "first-five"
-    shutil.copytree(history, first_five)
-    commits.append(_commit(project, 6, width=32))
-    inner = _session(project, history, "qemu-sme2", "--html=report.html", "--self-contained-html")
+    for number, width in enumerate((32, 32, 32, 34, 34, 32), start=1):
+        if number > 1:
+            commits.append(_commit(project, number))
+        git, warning = git_state(project)
+        assert warning is None
+        qemu.session(HistoryLog(history, git, f"session{number}"), width, reference)
+        if number == 5:
+            first_five = tmp_path / "first-five"
+            shutil.copytree(history, first_five)
     short = [c[:7] for c in commits]
 
     # one file per session, one line per judged case, never rewritten
     files = sorted(history.glob("*.jsonl"))
     assert len(files) == 6
-    records = [json.loads(f.read_text()) for f in files]
+    records = sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["time"])
     assert [r["commit"] for r in records] == commits
     for record in records:
         assert record["schema_version"] == SCHEMA_VERSION
@@ -188,15 +207,17 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
     # the first session wrote the baseline; the others judged against it
     for record in records[1:]:
         assert {v["gate"] for v in record["verdicts"]} >= {"instructions[sme2-on]", "parity"}
-    # the session wrote the page into the history directory, which the reader leaves alone
-    assert f"pytest-sme2 history page: {history / PAGE_NAME}" in inner
+    # the session's end writes the page into the history directory, which the reader leaves alone
+    assert write_history_page(history, project) == (history / PAGE_NAME, ())
     assert read_history(history).problems == ()
-    # the pytest-html report shows the case's last five commits and links to its trend
-    report = (project / "report.html").read_text()
-    assert "history/index.html#trend-net-fp32-qemu-sme2" in report
+    # the pytest-html extra shows the case's last five commits and links to its trend
+    trends = CaseTrends(history, project)
+    anchor = trends.add(read_history(history).records[-1])
+    extra = trends.extra_html(anchor, "history/index.html")
+    assert 'href="history/index.html#trend-net-fp32-qemu-sme2"' in extra
     for commit in short[1:]:
-        assert commit in report
-    assert short[0] not in report
+        assert commit in extra
+    assert short[0] not in extra
 
     summary, said = _history(first_five, project, tmp_path / "five.html", capsys)
     with capsys.disabled():
@@ -235,17 +256,28 @@ def test_six_commits_name_commit_four_as_the_step_and_commit_six_as_its_revert(
 
 
 def test_two_devices_land_in_one_page_and_bad_files_are_named_one_line_each(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    request: pytest.FixtureRequest,
+    pytester: pytest.Pytester,
+    tmp_path: Path,
+    reference: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Two CI runners (two vector lengths), no git at all; their files copied into one directory
     beside a truncated file, a foreign one and a record of a newer schema."""
-    project = _project(tmp_path / "project", git=False)
+    project = pytester.path  # where pytest is invoked: no repository
     runners = {}
     for device in ("qemu-sme2:vl=32", "qemu-sme2:vl=64"):
         runners[device] = tmp_path / device.replace(":", "@")
-        inner = _session(project, runners[device], device)
+        session = Sme2Session(pytester.parseconfig(f"--sme2-history={runners[device]}"))
         # no repository: the records carry no commit, and one warning line says why
-        assert inner.count("history records carry no commit: not a git repository") == 1, inner
+        with pytest.warns(HistoryWarning) as warned:
+            log = session.history_log()
+            assert session.history_log() is log  # opened once
+        assert [str(w.message) for w in warned] == [
+            f"history records carry no commit: not a git repository: {project}"
+        ]
+        assert log is not None
+        Judged(request, tmp_path / device, device).session(log, 32, reference)
     merged = tmp_path / "merged"
     for device, directory in runners.items():
         shutil.copytree(directory, merged / device.replace(":", "@"))  # download-artifact layout
@@ -286,7 +318,7 @@ def test_two_devices_land_in_one_page_and_bad_files_are_named_one_line_each(
 def test_a_detached_ci_checkout_takes_its_branch_from_github(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project = _project(tmp_path / "project", git=True)
+    project = _project(tmp_path / "project")
     head = _git(project, "rev-parse", "HEAD")
     _git(project, "checkout", "-q", "--detach")
     (project / "NOTES").write_text("changed, not committed\n")
@@ -310,7 +342,7 @@ def test_without_git_the_records_carry_no_commit_and_one_line_says_why(
 def test_the_commit_comes_from_where_pytest_was_invoked_then_the_rootdir(tmp_path: Path) -> None:
     """The first root inside a repository with a commit wins; without one, the first root's
     reason is the record's."""
-    project = _project(tmp_path / "project", git=True)
+    project = _project(tmp_path / "project")
     head = _git(project, "rev-parse", "HEAD")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -326,37 +358,37 @@ def test_the_commit_comes_from_where_pytest_was_invoked_then_the_rootdir(tmp_pat
 
 
 def test_option_paths_outside_the_project_and_a_detached_checkout_keep_their_commits(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A user's project run as ``pytest --sme2-baseline-dir ../b --sme2-history ../hist``: once
-    ``../b`` exists pytest's rootdir moves above the repository, yet every record names its
-    commit. Then a CI job: a detached checkout, history inside the repository (untracked, so the
-    tree is clean), branch from GitHub's variables."""
-    project = _project(tmp_path / "project", git=True)
-    outside = ["--sme2-baseline-dir", "../b", "--sme2-history", "../hist"]
-    commits = [_git(project, "rev-parse", "HEAD")]
-    inner = _pytest(project, "--sme2-device=qemu-sme2", *outside)
-    commits.append(_commit(project, 2))
-    inner = _pytest(project, "--sme2-device=qemu-sme2", *outside)
-    assert f"rootdir: {tmp_path}" in inner  # the rootdir did move out of the repository
-    assert "carry no commit" not in inner, inner
+    ``../b`` exists pytest's rootdir moves above the repository, yet the session's records name
+    its commit. Then a CI job: a detached checkout, history inside the repository (untracked, so
+    the tree is clean), branch from GitHub's variables."""
+    project = _project(pytester.path / "project")
+    (pytester.path / "b").mkdir()
+    head = _git(project, "rev-parse", "HEAD")
+    monkeypatch.chdir(project)
+    config = pytester.parseconfig("--sme2-baseline-dir", "../b", "--sme2-history", "../hist")
+    assert config.rootpath == pytester.path  # the rootdir did move out of the repository
+    log = Sme2Session(config).history_log()
+    assert log is not None and log.directory == Path("../hist")
+    assert (log.git.commit, log.git.branch, log.git.dirty, log.git.no_commit) == (
+        head,
+        "main",
+        False,
+        None,
+    )
     _git(project, "checkout", "-q", "--detach")
-    ci = {"GITHUB_REF_NAME": "main", "GITHUB_HEAD_REF": ""}
-    inner = _pytest(project, "--sme2-device=qemu-sme2", "--sme2-history=hist", env=ci)
-    assert "carry no commit" not in inner, inner
-    records = [
-        json.loads(line)
-        for directory in (tmp_path / "hist", project / "hist")
-        for path in sorted(directory.glob("*.jsonl"))
-        for line in path.read_text().splitlines()
-    ]
-    assert [(r["commit"], r["branch"], r["dirty"], r["no_commit"]) for r in records] == [
-        (commits[0], "main", False, None),
-        (commits[1], "main", False, None),
-        (commits[1], "main", False, None),
-    ]
-    summary, _ = _history(tmp_path / "hist", project, tmp_path / "page.html", capsys)
-    assert f"| {commits[1][:7]} |" in summary, summary
+    monkeypatch.setenv("GITHUB_REF_NAME", "main")
+    monkeypatch.setenv("GITHUB_HEAD_REF", "")
+    log = Sme2Session(pytester.parseconfig("--sme2-history=hist")).history_log()
+    assert log is not None
+    assert (log.git.commit, log.git.branch, log.git.dirty, log.git.no_commit) == (
+        head,
+        "main",
+        False,
+        None,
+    )
 
 
 def test_load_and_memory_are_charted_and_a_slower_init_is_a_step(tmp_path: Path) -> None:

@@ -10,10 +10,7 @@ and what they take the numbers to mean (``*_ms`` is time; ops_stats are per run)
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +21,21 @@ import pytest
 from pytest_sme2.analysis.etrecord import delegate_backends
 from pytest_sme2.analysis.profile import INSTRUCTIONS, profile
 from pytest_sme2.analysis.trace import EXECUTE, read_etdump
-from pytest_sme2.cache import cache_root
+from pytest_sme2.case_context import RUNS_DIR, case_program
+from pytest_sme2.case_files import manifest_config
 from pytest_sme2.cli import main
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import ModelSpec
+from pytest_sme2.export.reference import REFERENCE
+from pytest_sme2.measure.case import measure
+from pytest_sme2.measure.deadline import Deadline
+from pytest_sme2.measure.fleet import Fleet
+from pytest_sme2.records.outcome import CaseOutcome
+from pytest_sme2.report.artifacts import write_artifacts
+from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.from_files import load_test_dir
-from pytest_sme2.report.kit_json import TIME_MODEL
-from tests.inner import INNER_TEST, inner_conftest
+from pytest_sme2.report.kit_json import TIME_MODEL, Program
+from tests.session.contexts import settings
 
 MODEL = "kit_small"
 STEM = f"{MODEL}_xnnpack_fp32"
@@ -56,39 +63,72 @@ KIT_METRICS = {
 KIT_WRITES = ("analysis_summary.json", "report.md")
 
 
+def _small() -> Any:
+    """A convolution and the mean of its channels: a few microseconds, three categories."""
+    import torch
+    from torch import nn
+
+    class Small(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv(x)).mean(dim=(2, 3))
+
+    torch.manual_seed(0)
+    return Small().eval()
+
+
+def _image(seed: int) -> tuple[Any, ...]:
+    import torch
+
+    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),)
+
+
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One real case measured on the host and on qemu-sme2 (a fleet, one inner session): the
-    case folder of each, by device."""
-    project = tmp_path_factory.mktemp("kit-project")
-    (project / "conftest.py").write_text(inner_conftest(MODEL))
-    (project / "test_kit.py").write_text(INNER_TEST)
-    artifacts = project / "artifacts"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--sme2-device=host,qemu-sme2",
-            "--sme2-runs=6",
-            "--sme2-rounds=2",
-            "--sme2-traced-runs=3",
-            "--sme2-warmup=1",
-            f"--sme2-baseline-dir={project / 'baselines'}",
-            "--sme2-update-baselines",
-            f"--sme2-artifacts={artifacts}",
-        ],
-        cwd=project,
-        env={**os.environ, "SME2_CACHE_DIR": str(cache_root())},
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    """One real case measured on the host and on qemu-sme2 (a fleet) and its files written as
+    the session writes them when the test's report is made (``case_files``): the case folder
+    of each, by device."""
+    artifacts = tmp_path_factory.mktemp("kit-project") / "artifacts"
+    chosen = settings(
+        artifacts.parent / "baselines",
+        sme2_device="host,qemu-sme2",
+        sme2_runs="6",
+        sme2_rounds="2",
+        sme2_traced_runs="3",
+        sme2_warmup="1",
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return {device: artifacts / device / f"{MODEL}-fp32" for device in ("host", "qemu-sme2")}
+    spec = ModelSpec(MODEL, _small, _image, "a conv", ("fp32",))
+    reference = export_model(REFERENCE, "fp32")
+    fleet = Fleet(lambda _: None)
+    folders = {}
+    for case in chosen.cases([spec]):
+        device = case.device
+        outcome = CaseOutcome(f"test_kit.py::test_model[{case.id}]", device.id, MODEL, "fp32", 1)
+        program = case_program(case, export_model(case.model, "fp32"))
+        folder = artifacts / device.directory / case.stem
+        m = measure(
+            fleet.device(device),
+            program,
+            chosen.plan,
+            folder / RUNS_DIR,
+            classifier=chosen.classifier,
+            reference=(reference.pte, reference.inputs),
+            deadline=Deadline(None),
+        )
+        write_artifacts(
+            m,
+            (),
+            folder,
+            config=manifest_config(chosen, outcome),
+            charts=render_charts(m),
+            title=outcome.nodeid,
+            program=Program(program.pte, program.etrecord),
+        )
+        folders[device.id] = folder
+    return folders
 
 
 @pytest.fixture(params=["host", "qemu-sme2"])

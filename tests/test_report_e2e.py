@@ -1,6 +1,7 @@
 """End to end: an inner pytest measures a tiny real model with ``--html --self-contained-html``,
 then headless Chromium opens the report and says whether every chart rendered and the tables
-are there. This is what a reviewer sees when CI fails."""
+are there. This is what a reviewer sees when CI fails. Two sessions: a fleet (the host and
+qemu-sme2), and an xdist session from a cold export cache with an expected failure."""
 
 from __future__ import annotations
 
@@ -160,26 +161,73 @@ def chromium() -> str:
     return browser
 
 
-def test_html_report_renders_in_headless_chromium(
+def _extra(dom: str, title: str) -> str:
+    """The pytest-html extra of the case whose heading starts with ``title``: its
+    ``sme2-report`` block, and the one after it where that is its trend."""
+    blocks = []
+    at = dom.rindex('<div class="sme2-report">', 0, dom.index(f"<h3>{title}"))
+    while True:
+        depth, end = 0, at
+        for tag in re.finditer(r"<(/?)div\b[^>]*>", dom[at:]):
+            depth += -1 if tag[1] else 1
+            if depth == 0:
+                end = at + tag.end()
+                break
+        blocks.append(dom[at:end])
+        if not dom.startswith('<div class="sme2-report"><h4>Over the last', end):
+            return "".join(blocks)
+        at = end
+
+
+def test_a_fleets_html_report_renders_in_headless_chromium(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    """The host and qemu-sme2 in one session, as a reviewer opens its report.html: every chart
+    decoded and laid out, the tables, the devices side by side, each row's cells — qemu-sme2's
+    speedup the instruction ratio, as in the table above — and each case's extra: the host's
+    latency, one variant said once; qemu-sme2's instructions (no latency table or chart of
+    emulated time), the kernels of its top operators SME2-off beside on (kernels.csv written);
+    the host case's last records from --sme2-history, linked to the history page."""
     browser = chromium()
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     result, artifacts = report_session(
-        pytester, tmp_path, INNER_CONFTEST, "--sme2-models=report_tiny", "--sme2-dtypes=fp32"
+        pytester,
+        tmp_path,
+        INNER_CONFTEST,
+        "--sme2-device=host,qemu-sme2",
+        "--sme2-models=report_tiny",
+        "--sme2-dtypes=fp32",
+        "--sme2-history=history",
     )
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"pytest-sme2 session report: {artifacts / 'report.md'}"])
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            f"pytest-sme2 session report: {artifacts / 'report.md'}",
+            f"pytest-sme2 history page: {Path('history') / 'index.html'}",
+        ]
+    )
 
-    # The files the report links to exist, and the session report lists the test.
-    case = artifacts / "host" / "report_tiny-fp32"
-    manifest = json.loads((case / "manifest.json").read_text())
+    # The files the report links to exist, and the session report lists the tests.
+    host = artifacts / "host" / "report_tiny-fp32"
+    manifest = json.loads((host / "manifest.json").read_text())
     assert manifest["sme2"]["config"]["runs"] == 4
     assert manifest["sme2"]["config"]["traced_runs"] == 2
-    assert (case / "host_sme2_off" / "report_tiny_xnnpack_fp32_host_sme2_off_t1.etdump").is_file()
-    nodeid = "test_tiny.py::test_model[report_tiny-fp32]"
-    assert (case / "sme2_report.md").read_text().startswith(f"# SME2 report: {nodeid}\n")
-    assert f"## SME2 report: {nodeid}" in (artifacts / "report.md").read_text()
+    assert (host / "host_sme2_off" / "report_tiny_xnnpack_fp32_host_sme2_off_t1.etdump").is_file()
+    nodeid = "test_tiny.py::test_model[host-report_tiny-fp32]"
+    assert (host / "sme2_report.md").read_text().startswith(f"# SME2 report: {nodeid}\n")
+    session = (artifacts / "report.md").read_text()
+    assert f"## SME2 report: {nodeid}" in session and "## Across devices" in session
+    qemu = artifacts / "qemu-sme2" / "report_tiny-fp32"
+    report_md = (qemu / "sme2_report.md").read_text()
+    for text in (KERNEL_VIEW_TITLE, "packing · compute · other", "_sme2_mopa"):
+        assert text in report_md, text
+    (on_csv,) = qemu.glob("*_sme2_on/kernels.csv")
+    (off_csv,) = qemu.glob("*_sme2_off/kernels.csv")
+    with on_csv.open() as on_rows, off_csv.open() as off_rows:
+        on, off = list(csv.DictReader(on_rows)), list(csv.DictReader(off_rows))
+    assert any(row["has_sme2"] == "1" for row in on)
+    # the wheel's NEON microkernels have no symbols: SME2-off names no SME2 kernel, if any
+    assert not any(row["has_sme2"] == "1" for row in off)
 
     # Headless Chromium: every chart decoded and laid out with a non-zero size, tables present.
     html = (pytester.path / "report.html").read_text()
@@ -191,49 +239,15 @@ def test_html_report_renders_in_headless_chromium(
     for header in ("Device", "Model", "Dtype", "E2E off (ms)", "E2E on (ms)", "Speedup"):
         assert re.search(rf'<th class="col-sme2-[\w-]+">{re.escape(header)}</th>', dom), header
     assert '<td class="col-sme2-model">report_tiny</td>' in dom
-    assert "Only sme2-off was measured" in dom  # x86 host: one variant, said once
-
-
-def test_qemu_html_report_shows_instructions_not_emulated_time(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    """On qemu-sme2 the report is about instructions: per inference, per category and operator,
-    with their shares and the off ÷ on ratio; no latency table or chart of emulated time. It
-    shows the kernels of the top operators, SME2-off beside on, and writes kernels.csv."""
-    browser = chromium()
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(INNER_CONFTEST)
-    pytester.makepyfile(test_tiny=INNER_TEST)
-    artifacts = tmp_path / "artifacts"
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        "--sme2-models=report_tiny",
-        f"--sme2-baseline-dir={tmp_path / 'baselines'}",
-        "--sme2-update-baselines",
-        f"--sme2-artifacts={artifacts}",
-        "--html=report.html",
-        "--self-contained-html",
-        timeout=900,
-    )
-    result.assert_outcomes(passed=1)
-    case = artifacts / "qemu-sme2" / "report_tiny-fp32"
-    report_md = (case / "sme2_report.md").read_text()
-    for text in (KERNEL_VIEW_TITLE, "packing · compute · other", "_sme2_mopa"):
-        assert text in report_md, text
-    (on_csv,) = case.glob("*_sme2_on/kernels.csv")
-    (off_csv,) = case.glob("*_sme2_off/kernels.csv")
-    with on_csv.open() as on_rows, off_csv.open() as off_rows:
-        on, off = list(csv.DictReader(on_rows)), list(csv.DictReader(off_rows))
-    assert any(row["has_sme2"] == "1" for row in on)
-    # the wheel's NEON microkernels have no symbols: SME2-off names no SME2 kernel, if any
-    assert not any(row["has_sme2"] == "1" for row in off)
-    html = (pytester.path / "report.html").read_text()
-    probe_page = tmp_path / "probe.html"
-    probe_page.write_text(html.replace("</body>", PROBE + "</body>"))
-    dom = dump_dom(browser, probe_page, tmp_path / "chromium-profile")
-    assert rendered_charts(dom) == {"categories"}
+    assert "SME2 across devices" in dom
+    ratio = re.search(r"instruction ratio \d+\.\d\d× \(off ÷ on\)", session)
+    assert ratio, session
+    assert f'<td class="col-sme2-speedup">{ratio[0]}</td>' in dom
+    host_extra = _extra(dom, "report_tiny[fp32] on host")
+    assert "Only sme2-off was measured" in host_extra  # x86 host: one variant, said once
+    assert "<h4>Latency" in host_extra
+    assert 'history/index.html#report-tiny-fp32-host">trend page</a>' in host_extra
+    qemu_extra = _extra(dom, "report_tiny[fp32] on qemu-sme2")
     for text in (
         "Instructions per inference (qemu exec log, one steady-state inference)",
         "instructions/inference",
@@ -245,8 +259,9 @@ def test_qemu_html_report_shows_instructions_not_emulated_time(
         KERNEL_VIEW_TITLE,
         "sme2-on share of operator",
     ):
-        assert text in dom, text
-    assert "<h4>Latency" not in dom and "median ms" not in dom
+        assert text in qemu_extra, text
+    assert "<h4>Latency" not in qemu_extra and "median ms" not in qemu_extra
+    assert 'data-chart="latency"' not in qemu_extra
 
 
 #: The tiny model, and a model whose factory fails: its export is an expected failure.
@@ -281,6 +296,7 @@ def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_
         "1",
         "--log-level=DEBUG",
         "--sme2-models=report_tiny,report_broken",
+        "--sme2-history=history",
     )
     result.assert_outcomes(passed=1, xfailed=1)
     reason = (
@@ -307,6 +323,9 @@ def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_
             "* in all, * s (summed over processes)",
         ]
     )
+    # the controller, which collected nothing, writes the history page of what its worker judged
+    result.stdout.fnmatch_lines([f"pytest-sme2 history page: {Path('history') / 'index.html'}"])
+    assert (pytester.path / "history" / "index.html").is_file()
 
     # report.md: the unmeasured case, its outcome and reason.
     session = (artifacts / "report.md").read_text()

@@ -1,8 +1,9 @@
-"""pytest-html content, charts and the terminal table, from hand-made measurements."""
+"""pytest-html content and charts, from hand-made measurements."""
 
 from __future__ import annotations
 
 import base64
+import html
 import re
 import struct
 
@@ -10,12 +11,12 @@ import pytest
 
 from pytest_sme2.analysis.stats import LatencyStats
 from pytest_sme2.records.device import Variant
+from pytest_sme2.records.outcome import CaseOutcome
 from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report import content
 from pytest_sme2.report.charts import DPI, data_uri, render_charts
-from pytest_sme2.report.content import skipped_reasons, summary_row
 from pytest_sme2.report.html import COLUMNS, extra_html, row_cells
-from pytest_sme2.report.terminal import baseline_change_lines, summary_lines
+from pytest_sme2.report.session_report import summary_cells
 from tests.measurements import HOST, SME2_DEVICE, measurement
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -64,33 +65,31 @@ def test_one_variant_extra_shows_the_note():
     assert "No gate was judged." in page
 
 
-def test_result_table_cells():
+def test_result_table_cells_are_the_summary_rows():
     m = measurement(SME2_DEVICE)
-    cells = row_cells(m)
-    assert list(cells) == [column for _, column in COLUMNS]
+    outcome = CaseOutcome("t.py::test[a]", "phone", m.model, m.dtype, m.threads, m)
+    cells = row_cells(summary_cells(outcome))
+    columns = [column for _, column, _ in COLUMNS]
+    assert [re.match(r'<td class="col-([\w-]+)">', cell)[1] for cell in cells] == columns
+    shown = dict(zip(columns, cells, strict=True))
     for variant, key in ((Variant.OFF, "sme2-e2e-off"), (Variant.ON, "sme2-e2e-on")):
-        assert cells[key] == f"{LatencyStats.of(m.variants[variant].latencies_ms).median_ms:.3f}"
-    assert cells["sme2-speedup"] == f"{m.comparison.speedup.value:.2f}×"
-    host = row_cells(measurement(HOST))
-    assert (host["sme2-e2e-on"], host["sme2-speedup"]) == ("—", "—")
-
-
-def test_terminal_summary_has_a_row_per_test_and_skipped_reasons_once():
-    skip = Verdict("speedup", Status.SKIP, "host CPU has no SME2")
-    fail = Verdict("shares[sme2-off]", Status.FAIL, "moved")
-    results = [
-        (measurement(HOST), (skip,)),
-        (measurement(HOST), (skip, fail)),
-        (measurement(SME2_DEVICE), ()),
+        median = LatencyStats.of(m.variants[variant].latencies_ms).median_ms
+        assert shown[key] == f'<td class="col-{key}">{median:.3f}</td>'
+    assert html.escape(content.speedup_text(m)) in shown["sme2-speedup"]
+    host = measurement(HOST)
+    host_cells = row_cells(summary_cells(CaseOutcome("t", "host", "toy", "fp32", 1, host)))
+    assert host_cells[-2:] == [
+        '<td class="col-sme2-e2e-on">—</td>',
+        '<td class="col-sme2-speedup">—</td>',
     ]
-    rows = [summary_row(m, verdicts) for m, verdicts in results]
-    lines = summary_lines(rows, skipped_reasons([verdicts for _, verdicts in results]))
-    assert lines[0].split()[:3] == ["model", "dtype", "device"]
-    assert "pass, 1 skipped" in lines[1]
-    assert "FAIL (1), 1 skipped" in lines[2]
-    assert measurement(SME2_DEVICE).comparison.speedup.describe() in lines[3]
-    assert lines[4:] == ["skipped gate: host CPU has no SME2"]
-    assert summary_lines([], []) == []
+    # a case never measured shows the case itself
+    unmeasured = row_cells(summary_cells(CaseOutcome("t", "qemu-sme2", "toy", "int8", 1)))
+    assert unmeasured[:4] == [
+        '<td class="col-sme2-device">qemu-sme2</td>',
+        '<td class="col-sme2-model">toy</td>',
+        '<td class="col-sme2-dtype">int8</td>',
+        '<td class="col-sme2-e2e-off"></td>',
+    ]
 
 
 def test_emulated_devices_show_the_instruction_ratio_instead_of_a_speedup():
@@ -100,22 +99,6 @@ def test_emulated_devices_show_the_instruction_ratio_instead_of_a_speedup():
     m = measurement(EMULATOR, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE)
     assert speedup_text(m) == "instruction ratio 2.50× (off ÷ on)"
     assert speedup_text(measurement(EMULATOR)).startswith("n/a (emulated time")
-
-
-def test_baseline_changes_are_listed_per_file_in_path_order():
-    lines = baseline_change_lines(
-        [
-            ("baselines/host/vit-fp32.json", ["sme2-off median latency 10.0 → 12.0 ms"]),
-            ("baselines/host/toy-fp32.json", ["new baseline", "sme2-off GEMM share 60% → 50%"]),
-        ]
-    )
-    assert lines == [
-        "baselines/host/toy-fp32.json:",
-        "    new baseline",
-        "    sme2-off GEMM share 60% → 50%",
-        "baselines/host/vit-fp32.json:",
-        "    sme2-off median latency 10.0 → 12.0 ms",
-    ]
 
 
 def test_an_unmeasured_case_s_log_opens_on_its_reason():

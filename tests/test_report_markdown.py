@@ -14,11 +14,13 @@ from pytest_sme2.analysis.stats import LatencyStats
 from pytest_sme2.analysis.trace import Event, Run, Trace
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.outcome import CaseOutcome
 from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report import advice, content, evidence
 from pytest_sme2.report.html import extra_html
-from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
+from pytest_sme2.report.markdown import case_report, session_markdown
 from pytest_sme2.report.sections import View, case_sections
+from pytest_sme2.report.session_report import build_session_report
 from tests.measurements import HOST, SME2_DEVICE, counted_measurement, measurement
 
 MS = 1_000_000
@@ -180,23 +182,36 @@ def test_recommendations_follow_the_data():
     ]
 
 
+def _outcome(nodeid: str, m: Measurement, verdicts=(), case_report: Path | None = None):
+    return CaseOutcome(
+        nodeid,
+        m.device.name,
+        m.model,
+        m.dtype,
+        m.threads,
+        m,
+        tuple(verdicts),
+        case_report=case_report,
+    )
+
+
 def test_session_report_has_one_row_per_test_and_each_report(tmp_path: Path):
-    entries = [
-        SessionEntry("t.py::test[a]", measurement(SME2_DEVICE), (), tmp_path / "a" / "report.md"),
-        SessionEntry(
+    outcomes = [
+        _outcome("t.py::test[a]", measurement(SME2_DEVICE), (), tmp_path / "a" / "report.md"),
+        _outcome(
             "t.py::test[b]",
             measurement(HOST),
             (Verdict("speedup", Status.SKIP, "host CPU has no SME2"),),
-            None,
         ),
     ]
-    text = session_report(entries, base=tmp_path)
+    text = session_markdown(build_session_report(outcomes, here=tmp_path), base=tmp_path)
     assert text.startswith("# SME2 session report")
     assert "2 test(s), 0 with failed gates." in text
-    for entry in entries:
-        row = content.summary_row(entry.measurement, entry.verdicts)
-        assert f"| {entry.nodeid} | {' | '.join(row.values())} |" in text
-        assert f"## SME2 report: {entry.nodeid}" in text  # demoted one level
+    for outcome in outcomes:
+        assert outcome.measurement is not None
+        row = content.summary_row(outcome.measurement, outcome.verdicts)
+        assert f"| {outcome.nodeid} | {' | '.join(row.values())} |" in text
+        assert f"## SME2 report: {outcome.nodeid}" in text  # demoted one level
     assert "### Metadata" in text and "\n## Metadata" not in text
     assert "[a/report.md](a/report.md)" in text
     assert "- host CPU has no SME2" in text

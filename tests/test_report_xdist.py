@@ -1,14 +1,19 @@
-"""The session report.md under pytest-xdist is rebuilt on the controller from the case records
-the workers saved; on qemu-sme2 it must still carry what the gates judged on (the instruction
-ratio, the executed SME2 kernels), and equal the report of the same session run without xdist."""
+"""The session report.md under pytest-xdist is built on the controller from the outcomes the
+workers sent; on qemu-sme2 it must still carry what the gates judged on (the instruction ratio,
+the executed SME2 kernels), and equal the report the same records make in one process."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from pytest_sme2.cache import cache_root
-from pytest_sme2.report.artifacts import MANIFEST_NAME
+from pytest_sme2.records.outcome import CaseOutcome
+from pytest_sme2.report.artifacts import MANIFEST_NAME, REPORT_NAME
 from pytest_sme2.report.from_files import load_test_dir
+from pytest_sme2.report.markdown import session_markdown
+from pytest_sme2.report.session_report import build_session_report
 from tests.inner import REPO, examples_session
 
 pytest_plugins = ["pytester"]
@@ -28,38 +33,53 @@ def test_model(sme2_measurement, sme2_judge):
 """
 
 
-def test_the_xdist_session_report_on_qemu_equals_the_serial_one(
+def test_the_xdist_session_report_on_qemu_is_the_one_its_records_make(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two workers count the cases; the controller's report.md is exactly the report the
+    saved case records make in one process (``sme2 report`` reads them back losslessly): the
+    outcomes crossed from the workers whole, in the order of their node ids."""
     examples_session(pytester, monkeypatch, CACHE, SUITE)
-    args = (
+    xdist = pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
         "--sme2-device=qemu-sme2",
         "--sme2-models=toy_cnn",
         "--sme2-dtypes=fp32,int8",
         f"--sme2-baseline-dir={BASELINES}",
-        "--sme2-recount",  # both sessions count: this is a test of counting in any process
+        "--sme2-recount",  # this is a test of counting in any process
+        "-n",
+        "2",
+        "--sme2-artifacts=xdist",
     )
-    serial = pytester.runpytest_subprocess(*args, "--sme2-artifacts=serial")
-    xdist = pytester.runpytest_subprocess(*args, "-n", "2", "--sme2-artifacts=xdist")
-    # the outcomes, not the warning counts: each xdist worker warns once per import of its own
-    # (ExecuTorch's ETDump serialiser, imported where an emulated ETDump is re-timed)
-    outcomes = [
-        {k: v for k, v in run.parseoutcomes().items() if k != "warnings"} for run in (serial, xdist)
-    ]
-    assert outcomes[0] == outcomes[1]
-    text = (pytester.path / "serial" / "report.md").read_text()
-    # every path in it is relative to the report, nothing in it is a time, and every instruction
-    # count repeats exactly in another process, directory and worker (runs are isolated)
-    assert (pytester.path / "xdist" / "report.md").read_text() == text
-    manifests = sorted((pytester.path / "xdist").rglob(MANIFEST_NAME))
-    assert len(manifests) == 2
-    for manifest in manifests:
-        m, _ = load_test_dir(manifest)
+    xdist.assert_outcomes(passed=2)
+    root = pytester.path / "xdist"
+    text = (root / "report.md").read_text()
+    outcomes = []
+    for manifest in sorted(root.rglob(MANIFEST_NAME)):
+        m, verdicts = load_test_dir(manifest)
+        nodeid = json.loads(manifest.read_text())["sme2"]["config"]["nodeid"]
+        run_dir = manifest.parent
+        outcomes.append(
+            CaseOutcome(
+                nodeid,
+                "qemu-sme2",
+                m.model,
+                m.dtype,
+                m.threads,
+                m,
+                verdicts,
+                run_dir,
+                case_report=run_dir / REPORT_NAME,
+            )
+        )
         assert m.instruction_ratio is not None
         assert f"instruction ratio {m.instruction_ratio:.2f}× (off ÷ on)" in text
         on = m.variants[m.headline]
         assert on.evidence is not None and on.evidence.sme2_kernels
         assert all(kernel in text for kernel in on.evidence.sme2_kernels)
+    assert len(outcomes) == 2
+    outcomes.sort(key=lambda outcome: outcome.nodeid)
+    serial = build_session_report(outcomes, here=pytester.path)
+    assert text == session_markdown(serial, base=root)
     assert "n/a (" not in text

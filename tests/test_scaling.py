@@ -16,10 +16,12 @@ from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.records.outcome import CaseOutcome
 from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.html import scaling_html
-from pytest_sme2.report.markdown import SessionEntry, session_report
+from pytest_sme2.report.markdown import session_markdown
 from pytest_sme2.report.scaling_view import case_view, scaling_table, scaling_views
+from pytest_sme2.report.session_report import build_session_report
 from pytest_sme2.report.terminal import scaling_lines
 from tests.measurements import HOST, SME2_DEVICE, counted_measurement, measurement
 
@@ -192,8 +194,8 @@ def test_the_session_view_of_a_host_sweep_in_every_report(tmp_path: Path):
     knee_line = "sme2-off stops gaining after 2 threads: 2→4 threads cut E2E by only 4%"
     lines = scaling_lines([view])
     assert lines[0] == "toy[fp32] on host:" and any(knee_line in line for line in lines)
-    entries = [SessionEntry(f"t{m.threads}", m, ()) for m in sweep]
-    report = session_report(entries)
+    outcomes = [CaseOutcome(f"t{m.threads}", "host", m.model, m.dtype, m.threads, m) for m in sweep]
+    report = session_markdown(build_session_report(outcomes, here=tmp_path))
     assert "## Thread scaling: toy[fp32] on host" in report and knee_line in report
     page = scaling_html([view])
     assert 'data-chart="scaling"' in page and knee_line in page

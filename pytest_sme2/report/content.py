@@ -383,6 +383,10 @@ def latency_sensitivity(verdicts: Sequence[Verdict]) -> str:
     return sensitivity.details[0] if sensitivity is not None else "—"
 
 
+#: What the shares of :func:`fleet_table` are, said under it wherever it is shown.
+FLEET_NOTE = "Shares are of the headline variant (SME2-on where it ran)."
+
+
 def fleet_table(measurements: Sequence[Measurement]) -> Table | None:
     """The kit's cross-device comparison: per case and device, E2E SME2-off and on, the speedup
     (or instruction ratio) and each category's share of the headline variant, the devices of a

@@ -33,12 +33,14 @@ from pytest_sme2.cache import write_atomic
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.measurement import Measurement, VariantMeasurement
+from pytest_sme2.records.outcome import CaseOutcome
 from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report.artifacts import MANIFEST_NAME, SESSION_REPORT_NAME, write_artifacts
 from pytest_sme2.report.charts import render_charts
-from pytest_sme2.report.content import fleet_table
+from pytest_sme2.report.content import FLEET_NOTE, fleet_table
 from pytest_sme2.report.kit_json import GENERATOR, SCHEMA_VERSION, Program
-from pytest_sme2.report.markdown import SessionEntry, case_report, session_report
+from pytest_sme2.report.markdown import case_report, session_markdown
+from pytest_sme2.report.session_report import build_session_report
 
 ETDUMP_SUFFIXES = (".etdump", ".etdp")
 _VARIANT = re.compile(r"sme2[_-]?(on|off)", re.IGNORECASE)
@@ -287,7 +289,7 @@ def discover(run_dir: Path, *, warmup: int, exclude: Path | None = None) -> list
 def report_run_dir(run_dir: Path, out: Path, *, warmup: int) -> str:
     """Write every found test's artifacts to ``out/<name>/`` (a run directory each) and the
     session report to ``out/report.md``; return the session report's markdown."""
-    entries = []
+    outcomes = []
     for item in discover(run_dir, warmup=warmup, exclude=out):
         m = item.measurement
         written = write_artifacts(
@@ -299,8 +301,20 @@ def report_run_dir(run_dir: Path, out: Path, *, warmup: int) -> str:
             title=item.title,
             program=item.program,
         )
-        entries.append(SessionEntry(item.name, m, item.verdicts, written.report_md))
-    text = session_report(entries, base=out)
+        outcomes.append(
+            CaseOutcome(
+                item.name,
+                m.device.name,
+                m.model,
+                m.dtype,
+                m.threads,
+                measurement=m,
+                verdicts=tuple(item.verdicts),
+                run_dir=written.directory,
+                case_report=written.report_md,
+            )
+        )
+    text = session_markdown(build_session_report(outcomes, here=out), base=out)
     write_atomic(out / SESSION_REPORT_NAME, text)
     return text
 
@@ -319,10 +333,7 @@ def compare_run_dirs(first: Path, second: Path, *, warmup: int) -> str:
             f"{first} and {second}: both hold runs of {device} only; comparing run directories "
             "compares devices (for SME2-off against SME2-on, give the two ETDumps)"
         )
-    return (
-        f"# SME2 across devices\n\n{first} and {second}. Shares are of the headline variant "
-        f"(SME2-on where it ran).\n\n{table.markdown()}\n"
-    )
+    return f"# SME2 across devices\n\n{first} and {second}. {FLEET_NOTE}\n\n{table.markdown()}\n"
 
 
 def compare_etdumps(off: Path, on: Path, *, warmup: int, out: Path | None) -> str:

@@ -1,5 +1,6 @@
-"""pytest-html content: the per-test extra (charts, tables, evidence, verdicts, links) and the
-extra result-table cells (device, model, dtype, E2E on/off, speedup).
+"""pytest-html content: the per-test extra (charts, tables, evidence, verdicts, links), the extra
+result-table cells (device, model, dtype, E2E on/off, speedup: the session's summary row) and the
+session report above the results.
 
 The extra is one HTML block rather than pytest-html image extras: pytest-html shows image extras
 one at a time in a media viewer, while a reviewer wants both charts next to the tables. Charts are
@@ -19,15 +20,16 @@ from pytest_sme2.report import sections as s
 from pytest_sme2.report.charts import data_uri, scaling_chart
 from pytest_sme2.report.format import Table
 from pytest_sme2.report.scaling_view import ScalingView
+from pytest_sme2.report.session_report import SessionReport
 
-#: Extra result-table columns: (header, CSS column name), in order.
+#: Extra result-table columns: (header, CSS column name, the summary row's key), in order.
 COLUMNS = (
-    ("Device", "sme2-device"),
-    ("Model", "sme2-model"),
-    ("Dtype", "sme2-dtype"),
-    ("E2E off (ms)", "sme2-e2e-off"),
-    ("E2E on (ms)", "sme2-e2e-on"),
-    ("Speedup", "sme2-speedup"),
+    ("Device", "sme2-device", "device"),
+    ("Model", "sme2-model", "model"),
+    ("Dtype", "sme2-dtype", "dtype"),
+    ("E2E off (ms)", "sme2-e2e-off", "E2E off ms"),
+    ("E2E on (ms)", "sme2-e2e-on", "E2E on ms"),
+    ("Speedup", "sme2-speedup", "speedup"),
 )
 
 _STYLE = (
@@ -41,22 +43,18 @@ _STYLE = (
 )
 
 
-def row_cells(m: Measurement) -> dict[str, str]:
-    """Values of the extra columns, keyed by CSS column name."""
-    row = c.summary_row(m, ())
-    speedup = m.comparison
-    return {
-        "sme2-device": row["device"],
-        "sme2-model": m.model,
-        "sme2-dtype": m.dtype,
-        "sme2-e2e-off": row["E2E off ms"],
-        "sme2-e2e-on": row["E2E on ms"],
-        "sme2-speedup": (
-            f"{speedup.speedup.value:.2f}×"
-            if speedup is not None and m.device.time_meaningful
-            else "—"
-        ),
-    }
+def header_cells() -> list[str]:
+    """The extra columns' headers, in :data:`COLUMNS` order."""
+    return [f'<th class="col-{column}">{title}</th>' for title, column, _ in COLUMNS]
+
+
+def row_cells(cells: Mapping[str, str]) -> list[str]:
+    """A test's extra result-table cells, in :data:`COLUMNS` order, from its summary row
+    (``session_report.summary_cells``: the cells every table of the session shows)."""
+    return [
+        f'<td class="col-{column}">{html.escape(cells.get(key, ""))}</td>'
+        for _, column, key in COLUMNS
+    ]
 
 
 def _list(lines: Sequence[str]) -> str:
@@ -148,3 +146,46 @@ def unmeasured_log(outcome: str, reason: str, traceback: str, log: Sequence[str]
         return [head + "\n", *log[1:]]
     collapsed = f"<details><summary>traceback</summary>{html.escape(traceback)}</details>\n"
     return [head + collapsed, *log[1:]]
+
+
+def summary_html(report: SessionReport) -> list[str]:
+    """The session report model (:mod:`pytest_sme2.report.session_report`) for the top of the
+    pytest-html page, one block each: the machine classes with no time record, the devices side by
+    side, the thread scaling, the cases not measured, the gates skipped, the baselines written and
+    those no case uses.
+    The tests themselves are the page's result table (:func:`row_cells`)."""
+    blocks = [
+        f'<p class="sme2-untimed">pytest-sme2: {html.escape(line)}</p>' for line in report.untimed
+    ]
+    if report.fleet is not None:
+        blocks.append(
+            '<h2 class="sme2-fleet">SME2 across devices</h2>'
+            f"<p>{html.escape(c.FLEET_NOTE)}</p>" + report.fleet.html("sme2-table sme2-fleet")
+        )
+    if report.scaling:
+        blocks.append(scaling_html(report.scaling))
+    if report.unmeasured:
+        blocks.append(
+            '<p class="sme2-unmeasured">pytest-sme2: not measured:</p>'
+            + _list([f"{nodeid}: {how}: {why}" for nodeid, how, why in report.unmeasured])
+        )
+    if report.skipped:
+        blocks.append(
+            '<p class="sme2-skipped">pytest-sme2: gates the device could not judge:</p>'
+            + _list(report.skipped)
+        )
+    if report.baseline_changes:
+        written = "".join(
+            f"<li>{html.escape(changed.path)}{_list(changed.changes)}</li>"
+            for changed in report.baseline_changes
+        )
+        blocks.append(
+            f'<p class="sme2-baselines">pytest-sme2: baselines written:</p><ul>{written}</ul>'
+        )
+    if report.unused_lines:
+        head, *paths = report.unused_lines
+        blocks.append(
+            f'<p class="sme2-unused">pytest-sme2: {html.escape(head)}</p>'
+            + _list([path.strip() for path in paths])
+        )
+    return blocks

@@ -2,13 +2,13 @@
 
 A test's report is its heading, verdict line and the full view of its sections
 (:mod:`pytest_sme2.report.sections`), rendered here. Where the device ran one variant only, the
-report says so once instead of showing empty comparisons.
+report says so once instead of showing empty comparisons. The session's is its report model
+(:mod:`pytest_sme2.report.session_report`) rendered, then every test's report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_sme2.records.measurement import Measurement
@@ -17,7 +17,7 @@ from pytest_sme2.report import content as c
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report import sections as s
 from pytest_sme2.report.format import Table
-from pytest_sme2.report.scaling_view import scaling_views
+from pytest_sme2.report.session_report import SessionReport
 
 
 def _bullets(lines: Sequence[str]) -> str:
@@ -66,70 +66,68 @@ def case_report(
     return "\n\n".join(parts) + "\n"
 
 
-@dataclass(frozen=True)
-class SessionEntry:
-    """One test of a session: its id, measurement, verdicts and where its report.md is."""
-
-    nodeid: str
-    measurement: Measurement
-    verdicts: tuple[Verdict, ...]
-    report_md: Path | None = None
-
-
-def session_report(
-    entries: Sequence[SessionEntry],
-    *,
-    base: Path | None = None,
-    unmeasured: Sequence[tuple[str, str, str]] = (),
-) -> str:
-    """One table row per test, the cases that ended unmeasured with their one-line reasons
-    (``unmeasured``: node id, outcome, reason — an export that failed is an xfail), then every
-    test's report with its headings one level down.
+def session_markdown(report: SessionReport, *, base: Path | None = None) -> str:
+    """The session report.md: one table row per measured test, then what the session found
+    (:class:`~pytest_sme2.report.session_report.SessionReport`, in the order of
+    :func:`_session_parts`), then every test's report with its headings one level down.
 
     ``base`` makes the links to per-test report.md files relative (the session report's folder).
     """
-    rows = [c.summary_row(e.measurement, e.verdicts) for e in entries]
+    rows = [row.cells for row in report.rows]
     # a column only some rows have (tokens per second: language models only) reads "—" elsewhere
     keys = list(dict.fromkeys(key for row in rows for key in row))
     table = fmt.Table(
         ("test", *keys),
         tuple(
-            (e.nodeid, *(row.get(key, "—") for key in keys))
-            for e, row in zip(entries, rows, strict=True)
+            (row.outcome.nodeid, *(row.cells.get(key, "—") for key in keys)) for row in report.rows
         ),
     )
-    failed = sum(1 for e in entries if any(v.status.value == "fail" for v in e.verdicts))
     parts = [
         "# SME2 session report",
-        f"{len(entries)} test(s), {failed} with failed gates.",
+        f"{len(report.rows)} test(s), {report.failed} with failed gates.",
         table.markdown(),
+        *_session_parts(report),
     ]
-    if unmeasured:
-        parts.append(
-            "## Not measured\n\n"
-            + fmt.Table(("test", "outcome", "reason"), tuple(sorted(unmeasured))).markdown()
-        )
-    fleet = c.fleet_table([e.measurement for e in entries])
-    if fleet is not None:
-        parts.append(
-            "## Across devices\n\nShares are of the headline variant (SME2-on where it ran).\n\n"
-            + fleet.markdown()
-        )
-    for view in scaling_views(e.measurement for e in entries):
-        parts.append(section_markdown(s.scaling_section(view, brief=False)))
-    skipped = c.skipped_reasons([e.verdicts for e in entries])
-    if skipped:
-        parts.append("Gates the device could not judge:\n\n" + _bullets(skipped))
-    for entry in entries:
-        body = case_report(entry.measurement, entry.verdicts, title=entry.nodeid)
+    for row in report.rows:
+        outcome = row.outcome
+        assert outcome.measurement is not None, "a row is a measured test"
+        body = case_report(outcome.measurement, outcome.verdicts, title=outcome.nodeid)
         demoted = "\n".join(
             "#" + line if line.startswith("#") else line for line in body.splitlines()
         )
-        if entry.report_md is not None:
-            where = _relative(entry.report_md, base)
+        if outcome.case_report is not None:
+            where = _relative(outcome.case_report, base)
             demoted += f"\n\nFull report with artifact links: [{where}]({where})"
         parts.append(demoted)
     return "\n\n".join(parts) + "\n"
+
+
+def _session_parts(report: SessionReport) -> list[str]:
+    """What the session found beyond its rows: the machine classes with no time record, the
+    cases not measured, the devices side by side, the thread scaling, the gates skipped, the
+    baselines written and those no case uses."""
+    parts = [_bullets(report.untimed)] if report.untimed else []
+    if report.unmeasured:
+        parts.append(
+            "## Not measured\n\n"
+            + fmt.Table(("test", "outcome", "reason"), report.unmeasured).markdown()
+        )
+    if report.fleet is not None:
+        parts.append(f"## Across devices\n\n{c.FLEET_NOTE}\n\n" + report.fleet.markdown())
+    for view in report.scaling:
+        parts.append(section_markdown(s.scaling_section(view, brief=False)))
+    if report.skipped:
+        parts.append("Gates the device could not judge:\n\n" + _bullets(report.skipped))
+    if report.baseline_changes:
+        written = [
+            f"- {changed.path}\n" + "\n".join(f"  - {change}" for change in changed.changes)
+            for changed in report.baseline_changes
+        ]
+        parts.append("## Baselines written\n\n" + "\n".join(written))
+    if report.unused_lines:
+        head, *paths = report.unused_lines
+        parts.append(f"## Unused baselines\n\n{head}\n\n" + _bullets([p.strip() for p in paths]))
+    return parts
 
 
 def _relative(path: Path, base: Path | None) -> str:

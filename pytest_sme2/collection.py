@@ -1,0 +1,117 @@
+"""How the session's cases become tests: a test that asks for ``sme2_case`` parametrized over
+them, the ``sme2`` markers checked at collection, each real device's cases kept to one xdist
+worker, and every case exported before the first is measured.
+
+Apart from :mod:`pytest_sme2.session` so that the session object stays its hooks and state; each
+function here is what one of its collection hooks does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_sme2.case_context import case_of, expectations, or_fail, test_id
+
+if TYPE_CHECKING:
+    from pytest_sme2.settings import Case, Settings
+
+
+def choose_loadgroup(config: pytest.Config) -> None:
+    """With ``-n N`` and no ``--dist``, distribute by device group (``--dist loadgroup``) when the
+    fleet has a device whose time is real: its cases must never run two at once.
+
+    xdist's workers parse the same arguments, with ``-n`` reset: each takes the same decision
+    from them, so that its node ids carry the groups the controller schedules by.
+    """
+    from pytest_sme2.devices.kinds import DeviceKinds
+    from pytest_sme2.errors import ConfigError
+    from pytest_sme2.measure.fleet import xdist_group
+    from pytest_sme2.settings import fleet_specs
+
+    worker = hasattr(config, "workerinput")
+    chosen = any(arg.split("=")[0] == "--dist" for arg in config.invocation_params.args)
+    if chosen or not (worker or getattr(config.option, "numprocesses", None)):
+        return
+    try:
+        specs = fleet_specs(config.getoption, config.getini, DeviceKinds.from_hook(config.hook))
+    except ConfigError:
+        return  # said once, when the tests are collected
+    if any(xdist_group(spec) for spec in specs):
+        if worker:
+            config.option.loadgroup = True
+        else:
+            config.option.dist = "loadgroup"
+
+
+def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> dict[str, Case]:
+    """Parametrize a test that asks for ``sme2_case`` over model × dtype (× threads), and over
+    each registered program (``register_program``: one case, its label as dtype); its cases by
+    id (the same for every test)."""
+    from pytest_sme2.export.model_spec import registered_models
+    from pytest_sme2.export.program_files import registered_programs
+
+    cases = or_fail(lambda: settings.cases((*registered_models(), *registered_programs())))
+    metafunc.parametrize("sme2_case", cases, ids=[case.id for case in cases])
+    return {case.id: case for case in cases}
+
+
+def check_collected(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Check every test's ``sme2`` markers, and group each real device's cases.
+
+    A marker mistake (a misspelt keyword, a share given as text) is a collection error naming
+    the test, the keyword and the value, and the test is dropped: found before anything is
+    exported or measured, not as a traceback after minutes of emulation. One worker owns one
+    real device: its cases form one xdist group (``--dist loadgroup``), so no two of them ever
+    run at once; an emulated device's cases may spread.
+    """
+    from pytest_sme2.errors import ConfigError
+    from pytest_sme2.measure.fleet import xdist_group
+
+    reported: set[str] = set()
+    kept = []
+    for item in items:
+        try:
+            expectations(item)
+        except ConfigError as err:
+            test = test_id(item)  # one line per test function, not per parametrized case
+            if test not in reported:
+                reported.add(test)
+                config.hook.pytest_collectreport(
+                    report=pytest.CollectReport(test, "failed", str(err), [])
+                )
+            continue
+        kept.append(item)
+        case = case_of(item)
+        group = xdist_group(case.device) if case is not None else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = kept
+
+
+def export_collected(cases: Sequence[Case]) -> None:
+    """Every collected case exported before the session's first measurement (``prefetch``); a
+    registered program has nothing to export. xdist's workers collect the same cases: each starts
+    at its own offset of one order (biggest graphs first, as a session alone exports), so two
+    workers export different cases side by side instead of queueing on one case's lock."""
+    from pytest_sme2.export.prefetch import biggest_first, prefetch
+    from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.export.reference import REFERENCE
+
+    if not cases:
+        return
+    exported = [case for case in cases if not isinstance(case.model, ProgramSpec)]
+    # every measurement times the reference workload beside its case (``sme2_reference``)
+    pairs = biggest_first(
+        dict.fromkeys([*((case.model, case.dtype) for case in exported), (REFERENCE, "fp32")])
+    )
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    start = len(pairs) * worker // workers
+    # one session alone exports on every core (its measurements then run alone); xdist's
+    # workers already export side by side
+    processes = (os.cpu_count() or 1) if "PYTEST_XDIST_WORKER" not in os.environ else 1
+    prefetch(pairs[start:] + pairs[:start], processes=processes)
