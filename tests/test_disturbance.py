@@ -2,7 +2,8 @@
 
 Real where it can be: the runner's preemption counts come from a real runner pinned to one CPU
 beside real spinning processes, the machine's load from this machine's ``/proc/stat``, and the
-plugin's verdict from an inner session measuring while the machine is oversubscribed.
+verdict on a real host measurement taken while the machine is oversubscribed, judged through
+``CaseCheck`` as ``sme2_judge`` judges it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,11 +36,8 @@ from pytest_sme2.measure.cpu_load import local_load, lost_cpu, series
 from pytest_sme2.records.disturbance import MAX_PREEMPTED_SHARE, Disturbance, MachineLoad, Series
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Status
-from tests.conftest import INNER_DEFAULTS
+from tests.judge.host_case import case_check, host_device, measure_case, measure_on_host, toy_cnn
 from tests.measurements import HOST, measurement
-from tests.test_plugin import make_suite, run
-
-pytest_plugins = ["pytester"]
 
 TOL = Tolerances()
 QUIET = Disturbance((Series("sme2-off timing", 20, 0), Series("reference workload", 20, 0)))
@@ -270,23 +269,38 @@ def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
 
 
 @linux_only
-def test_a_session_on_an_oversubscribed_machine_passes_saying_time_was_not_judged(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+def test_a_case_measured_on_an_oversubscribed_machine_passes_saying_time_was_not_judged(
+    tmp_path: Path,
 ):
-    make_suite(pytester)
-    run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines").assert_outcomes(passed=1)
-    # without this suite's own --sme2-judge-disturbed (tests/conftest.py)
-    inner = [flag for flag in INNER_DEFAULTS if flag != "--sme2-judge-disturbed"]
-    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(inner))
+    """Recorded with its time kept whatever the machine did (as this suite's sessions record,
+    under ``--sme2-judge-disturbed``), then measured while more processes spin than there are
+    cores and judged as a user's CI judges it, without that option: the case passes saying its
+    time was not judged, and an update writes no time record, keeping the recorded one."""
+    device = host_device()
+
+    def quiet(label: str) -> Measurement:
+        return measure_on_host(device, toy_cnn(), tmp_path / label)
+
+    def as_found(label: str) -> Measurement:
+        return measure_case(device, toy_cnn(), tmp_path / label)
+
+    recorder = case_check(tmp_path, Policy(TOL, update=True), quiet)
+    recorder.check(quiet("record"))
+    recorded = json.loads(recorder.path.read_text())["machines"]
     cores = os.cpu_count() or 1
     with spinners(cores + 2, seconds=120.0):
-        busy = run(pytester, "--sme2-models=plug_a", "-rs")
-        update = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines", "-rA")
-    busy.assert_outcomes(passed=1)
-    busy.stdout.fnmatch_lines(
-        ["*time gates not judged for plug_a[[]fp32] on host: *threads waited for a CPU *% of the*"]
-    )
-    update.assert_outcomes(passed=1)
-    stored = json.loads((pytester.path / "baselines" / "host" / "plug_a-fp32.json").read_text())
-    assert len(stored["machines"]) == 1  # the quiet-enough record is kept
-    assert "time record not written" in update.stdout.str()
+        busy = case_check(tmp_path, Policy(TOL), as_found).check(as_found("busy"))
+        update = case_check(tmp_path, Policy(TOL, update=True), as_found).check(as_found("update"))
+    assert busy.failure is None
+    (skip,) = [v for v in busy.verdicts if v.gate == DISTURBED]
+    assert skip.status is Status.SKIP
+    assert re.match(
+        r"time gates not judged for toy_cnn\[fp32\] on host: "
+        r".*threads waited for a CPU \d+% of the",
+        skip.message,
+    ), skip.message
+    assert update.failure is None and busy.measurement is not None
+    (kept,) = [change for change in update.changes if "time record not written" in change]
+    assert kept.startswith(f"[{busy.measurement.device.class_id}] time record not written: ")
+    stored = json.loads(recorder.path.read_text())["machines"]
+    assert stored == recorded  # the quiet-enough record is kept

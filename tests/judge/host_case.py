@@ -1,7 +1,7 @@
-"""A model really measured on this machine's host device, as ``sme2_measure`` measures a case (the
-real export, the real runner, the reference workload timed beside it), and judged as
-``sme2_judge`` judges it (``CaseCheck``): for the judge's tests that need real numbers but not a
-pytest session around them."""
+"""A model really measured on this machine's host device (or any prepared device), as
+``sme2_measure`` measures a case (the real export, the real runner, the reference workload timed
+beside it where time is judged), and judged as ``sme2_judge`` judges it (``CaseCheck``): for the
+judge's tests that need real numbers but not a pytest session around them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_sme2.devices.base import Device
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec, get_model
 from pytest_sme2.export.reference import REFERENCE
+from pytest_sme2.judge.baseline import baseline_path
 from pytest_sme2.judge.baseline_file import read
 from pytest_sme2.judge.check import CaseCheck
 from pytest_sme2.judge.expectations import Expectations
@@ -38,36 +40,55 @@ def toy_cnn() -> ModelSpec:
     return get_model("toy_cnn")
 
 
-def measure_on_host(device: HostDevice, spec: ModelSpec, workdir: Path) -> Measurement:
-    """``spec`` fp32 measured on ``device`` beside the reference workload, judged as measured on
-    a quiet machine: beside another xdist worker it rarely is, and whether a busy machine's time
-    is judged at all is tests/test_disturbance.py's subject."""
+def measure_case(
+    device: Device, spec: ModelSpec, workdir: Path, plan: MeasurePlan = PLAN
+) -> Measurement:
+    """``spec`` fp32 measured on ``device`` under ``plan``, beside the reference workload where
+    the device's time is judged, the machine's disturbance as it was found."""
     artifact, reference = export_model(spec, "fp32"), export_model(REFERENCE, "fp32")
     program = CaseProgram(spec.name, "fp32", artifact.pte, artifact.inputs)
-    measured = measure(
+    return measure(
         device,
         program,
-        PLAN,
+        plan,
         workdir,
         classifier=None,
         reference=(reference.pte, reference.inputs),
         deadline=Deadline(),
     )
-    return replace(measured, disturbance=None)
 
 
-def case_check(directory: Path, policy: Policy, measure: Callable[[str], Measurement]) -> CaseCheck:
-    """toy_cnn's case judged as ``sme2_judge`` judges it, its baseline under ``directory``,
-    ``measure(label)`` taking each fresh measurement (without a pause before confirming)."""
-    path = directory / "baselines" / "host" / "toy_cnn-fp32.json"
+def measure_on_host(device: HostDevice, spec: ModelSpec, workdir: Path) -> Measurement:
+    """``spec`` fp32 measured on ``device`` beside the reference workload, judged as measured on
+    a quiet machine: beside another xdist worker it rarely is, and whether a busy machine's time
+    is judged at all is tests/test_disturbance.py's subject."""
+    return replace(measure_case(device, spec, workdir), disturbance=None)
+
+
+def case_check(
+    directory: Path,
+    policy: Policy,
+    measure: Callable[[str], Measurement],
+    *,
+    model: str = "toy_cnn",
+    threads: int = 1,
+    device_id: str = "host",
+    expectations: Expectations | None = None,
+) -> CaseCheck:
+    """``model``'s fp32 case on ``threads`` threads (toy_cnn's on one by default) judged as
+    ``sme2_judge`` judges it on the device ``device_id``, against the test's ``expectations``
+    (none by default), its baseline under ``directory``; ``measure(label)`` takes each fresh
+    measurement (without a pause before confirming)."""
+    path = baseline_path(directory / "baselines", device_id, model, "fp32", threads)
+    expected = expectations or Expectations()
     return CaseCheck(
         policy,
         path,
         read(path, update=policy.update),
-        expectations=Expectations,
+        expectations=lambda: expected,
         measure=measure,
         settle=lambda recorded_ms: "without a pause",
         nodeid="test_suite.py::test_model",
-        device_id="host",
+        device_id=device_id,
         artifacts=directory,
     )
