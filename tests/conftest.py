@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,11 +11,20 @@ from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.kinds import device_class
 from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
+from tests.skip_policy import register as register_skip_policy
 
 #: The user's cache (exports, runner builds, qemu), resolved before pytester points HOME at each
 #: test's own directory — where an inner session would otherwise rebuild the runner and
 #: re-export its models into an empty cache (~12 s each, ~99 inner sessions).
 SHARED_CACHE = cache_root()
+
+#: The skips this suite expects, each a platform's (tests/skip_policy.py fails on any other).
+PLATFORM_SKIPS = Path(__file__).with_name("platform_skips.toml")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Skips are listed or fail the session (:mod:`tests.skip_policy`)."""
+    register_skip_policy(config, PLATFORM_SKIPS)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("transformers", reason="needs the corpus extra: pip install -e '.[corpus]'")
+import transformers  # noqa: F401  (the corpus extra, which scripts/install.sh installs)
 
 from benchmarks.corpus import portable_only, project, session
 

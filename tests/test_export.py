@@ -20,9 +20,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("executorch")
-
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis.numerics import DegenerateOutputWarning
 from pytest_sme2.analysis.tolerances import TOLERANCES
@@ -219,13 +216,14 @@ def test_fp16_layernorm_is_judged_by_its_numbers(width: int, export_cache: Path)
 
 def test_etrecord_lets_inspector_name_delegated_events(tmp_path: Path) -> None:
     """The ETRecord beside the .pte maps a real ETDump's XNNPACK events to their backend."""
+    from executorch.devtools import Inspector  # slow to import: only where it is used
+
     from pytest_sme2.runner import RunPlan, build_runner, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
     plan = RunPlan(runs=1, warmup=0, traced=True)
     result = run_runner(build_runner("host"), artifact.pte, tmp_path, plan, inputs=artifact.inputs)
-    inspector = pytest.importorskip("executorch.devtools").Inspector
-    frame = inspector(
+    frame = Inspector(
         etdump_path=str(result.etdump), etrecord=str(artifact.etrecord)
     ).to_dataframe()
     delegated = frame[frame["is_delegated_op"]]

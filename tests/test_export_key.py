@@ -23,16 +23,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import executorch
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-executorch = pytest.importorskip("executorch")
-
-from pytest_sme2 import quiet  # noqa: E402
-from pytest_sme2.export import key as program_key  # noqa: E402
-from pytest_sme2.export.exporter import export_model  # noqa: E402
-from pytest_sme2.export.key import artifact_key, program_fingerprint  # noqa: E402
-from pytest_sme2.export.model_spec import ModelSpec  # noqa: E402
+from pytest_sme2 import quiet
+from pytest_sme2.export import key as program_key
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.key import artifact_key, program_fingerprint
+from pytest_sme2.export.model_spec import ModelSpec
 
 pytest_plugins = ["pytester"]
 
@@ -257,6 +256,7 @@ sys.path.insert(0, sys.argv[1])
 import user_factory
 from pytest_sme2.export.key import artifact_key
 from pytest_sme2.export.model_spec import ModelSpec
+from pytest_sme2.runner.tensors import read_tensors
 spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
 print(artifact_key(spec, "fp32"))
 """
