@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -70,8 +71,7 @@ def test_the_deadline_kills_the_whole_process_group() -> None:
         run_process(["sh", "-c", f"echo started >&2; sleep {marker} & sleep {marker}"], timeout_s=2)
     assert time.monotonic() - started < 10
     assert "started" in caught.value.stderr
-    time.sleep(0.2)
-    assert _alive(marker) == []
+    assert alive_after(marker, 10) == []
 
 
 def test_an_interrupted_wait_kills_the_group_too() -> None:
@@ -85,8 +85,7 @@ def test_an_interrupted_wait_kills_the_group_too() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "KeyboardInterrupt" in proc.stderr
-    time.sleep(0.2)
-    assert _alive(marker) == []
+    assert alive_after(marker, 10) == []
 
 
 def hanging_qemu(tmp_path: Path, qemu_device, marker: str) -> Path:
@@ -257,24 +256,24 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
     pytester.makeconftest(inner_conftest("fine", "hangs"))  # judged, then cut in its run
     pytester.makepyfile(test_cut=INNER_TEST)
     baselines, artifacts = tmp_path / "baselines", tmp_path / "artifacts"
-    session = _inner_session(
-        pytester, wrapper, tmp_path, *(["-n", str(workers)] if workers else [])
-    )
-    judged = artifacts / "qemu-sme2" / "fine-fp32" / "sme2_report.md"  # written once judged
+    workers_args = ["-n", str(workers)] if workers else []
+    session = _inner_session(pytester, wrapper, tmp_path, "-v", *workers_args)
+    output = _Output(session)
     try:
         deadline = time.monotonic() + 300
-        while not (judged.is_file() and _alive(marker)):
-            assert session.poll() is None, session.stdout.read().decode()
+        # fine's report has reached the session's controller (it says PASSED: under xdist, the
+        # worker's report arrives after the case ends) and hangs's runner runs
+        while not (_said_passed(output, "test_model[fine-fp32]") and _alive(marker)):
+            assert session.poll() is None, "".join(output)
             assert time.monotonic() < deadline, "the session never reached both cases"
-            time.sleep(0.5)
-        time.sleep(2)  # the judged case's report reaches the xdist controller
+            time.sleep(0.1)
         session.send_signal(signal.SIGTERM)
         session.wait(timeout=120)
     finally:
         if session.poll() is None:  # this test failed: leave nothing behind either
             session.kill()
             subprocess.run(["pkill", "-f", marker], check=False)
-    text = session.stdout.read().decode(errors="replace")
+    text = output.finished()
     assert session.returncode == pytest.ExitCode.INTERRUPTED, text
     assert "SIGTERM: pytest-sme2 stopped the session" in text
     report = (artifacts / "report.md").read_text()
@@ -283,8 +282,31 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
     assert [path.name for path in stored] == ["fine-fp32.json"]
     for path in stored:
         assert load(path) is not None
-    time.sleep(0.5)
-    assert _alive(marker) == [] and _alive(str(wrapper)) == []
+    assert alive_after(marker, 10) == [] and alive_after(str(wrapper), 10) == []
+
+
+class _Output(list[str]):
+    """A running session's output lines, read on a thread of their own as they come."""
+
+    def __init__(self, session: subprocess.Popen[bytes]) -> None:
+        super().__init__()
+        self._reader = threading.Thread(target=self._read, args=(session,), daemon=True)
+        self._reader.start()
+
+    def _read(self, session: subprocess.Popen[bytes]) -> None:
+        assert session.stdout is not None
+        for line in session.stdout:
+            self.append(line.decode(errors="replace"))
+
+    def finished(self) -> str:
+        """All of it, once the session's output has ended."""
+        self._reader.join(timeout=60)
+        return "".join(self)
+
+
+def _said_passed(output: list[str], test: str) -> bool:
+    """Whether the session's verbose output has reported ``test`` passed."""
+    return any(test in line and "PASSED" in line for line in list(output))
 
 
 #: A conftest line that kills the inner pytest with SIGKILL at the rename that would put its
@@ -479,5 +501,4 @@ def test_a_hung_step_is_one_line_naming_the_step_its_deadline_and_the_command() 
     )
     with pytest.raises(RunnerError, match=r"^the probe could not run \(No such file"):
         run_step(["/nonexistent/qemu-aarch64"], "the probe", timeout_s=1)
-    time.sleep(0.2)
-    assert _alive(marker) == []
+    assert alive_after(marker, 10) == []
