@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 import executorch
+import numpy as np
 import pytest
 import torch
 
@@ -32,6 +33,7 @@ from pytest_sme2.export import key as program_key
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.key import artifact_key, program_fingerprint
 from pytest_sme2.export.model_spec import ModelSpec
+from pytest_sme2.runner.tensors import read_tensors
 
 pytest_plugins = ["pytester"]
 
@@ -170,6 +172,35 @@ def test_an_environment_variable_that_widens_the_model_changes_the_key(
     narrow = artifact_key(load_project(tmp_path), "fp32")
     monkeypatch.setenv("USER_NET_WIDTH", "16")
     assert artifact_key(load_project(tmp_path), "fp32") != narrow
+
+
+#: UserNet's forward pooling by maximum instead of mean: the same modules, weights and shapes;
+#: only the traced graph tells the two programs apart.
+FORWARD_ONLY = ("self.body(x).mean(dim=(2, 3))", "self.body(x).amax(dim=(2, 3))")
+
+
+def test_a_forward_only_edit_of_a_traceable_model_changes_the_key_and_exports_again(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec]
+) -> None:
+    """symbolic_trace follows UserNet, so its key holds the traced graph: an edit of ``forward``
+    alone keys another program, and the next process exports it instead of taking the cached
+    one, whose outputs the new model would not give."""
+    _write_project(tmp_path)
+    cache = tmp_path / "cache"
+    before = load_project(tmp_path)
+    torch.fx.symbolic_trace(before.build())  # traceable: the fx graph is what keys it
+    cached = export_model(before, "fp32", cache_dir=cache)
+    (tmp_path / "usernet.py").write_text(USER_NET.replace(*FORWARD_ONLY))
+    after = load_project(tmp_path)  # a new process's import: nothing remembered
+    old, new = before.build().state_dict(), after.build().state_dict()
+    assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+    exported = export_model(after, "fp32", cache_dir=cache)
+    assert exported.key != cached.key
+    assert exported.directory != cached.directory and cached.directory.is_dir()
+    # the program checked against the edited model's outputs, which are not the cached ones
+    assert exported.program_error is not None and exported.program_error.ok
+    (was,), (now,) = (read_tensors(a.expected_outputs) for a in (cached, exported))
+    assert not np.allclose(was, now)
 
 
 class _SelfAttention(torch.nn.Module):
