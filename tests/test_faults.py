@@ -117,39 +117,13 @@ def _through(pytester: pytest.Pytester, qemu: Path, tmp_path: Path, *args: str) 
     )
 
 
-def test_a_hanging_qemu_fails_its_case_within_the_deadline_and_the_session_goes_on(
-    pytester: pytest.Pytester,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    qemu_device,
-) -> None:
-    marker = "3600.5719"
-    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(inner_conftest("fine", "hangs"))  # both exported in fine's set-up
-    pytester.makepyfile(test_hang=INNER_TEST)
-    junit = tmp_path / "junit.xml"
-    result = _through(pytester, wrapper, tmp_path, "--sme2-timeout=20", f"--junitxml={junit}")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.re_match_lines(
-        [
-            r".*qemu-sme2 \(sme2-on\): the runner did not finish within its 20 s deadline "
-            r"\(--sme2-timeout\): killed it and its process group; last output: .*",
-            r"ERROR test_hang.py::test_model\[hangs-fp32\] .*",
-        ],
-        consecutive=False,
-    )
-    cases = {c.get("name"): float(c.get("time")) for c in ET.parse(junit).iter("testcase")}
-    # its 20 s deadline and little else: both models were exported in fine's set-up
-    assert cases["test_model[hangs-fp32]"] < 35, cases
-    assert _alive(marker) == []
-
-
 FAULTS = ("killed", "truncated", "empty_timings", "bad_timings", "shape")
 
 #: A qemu-aarch64 that runs the real one and, for the counted runs of the model named after a
 #: fault, does to them what a crashing runner or a broken device does. The runner really runs;
-#: only what it left behind is damaged (or its process dies by a real signal once it ran).
+#: only what it left behind is damaged (or its process dies by a real signal once it ran). For
+#: the model named ``hangs`` it never returns: it sleeps ``hang`` seconds (a length nobody else
+#: uses), in every run.
 FAULTY_QEMU = """#!{python}
 import os, signal, subprocess, sys
 from pathlib import Path
@@ -163,6 +137,8 @@ def path(flag):  # runs are isolated: names relative to the run directory, links
 
 
 model = str(path("--model_path")) if "--model_path" in args else ""
+if "hangs_xnnpack" in model:
+    os.execvp("sleep", ["sleep", {hang!r}])
 fault = next((f for f in {faults!r} if f + "_xnnpack" in model), None)
 counted = "--etdump_path" in args and path("--etdump_path").parent.name.endswith("-counted")
 if fault is None or not counted:
@@ -193,6 +169,8 @@ elif fault == "shape":
 
 #: What each fault's one line says after "qemu-sme2 (sme2-on): ".
 FAULT_SENTENCES = {
+    "hangs": r"the runner did not finish within its 20 s deadline \(--sme2-timeout\): killed it "
+    r"and its process group; last output: .*",
     "killed": r"runner killed by SIGSEGV: .*; command: cd \S+ && .* env -i \S*qemu-aarch64 .*",
     "truncated": r"\S+/\.sme2-runs/sme2-on-counted/run\.etdp: .*",
     "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
@@ -202,41 +180,42 @@ FAULT_SENTENCES = {
 }
 
 
-def test_a_crash_or_garbage_from_the_runner_fails_that_case_alone_with_one_line(
+def test_a_crash_garbage_or_a_hang_of_the_runner_fails_that_case_alone_with_one_line(
     pytester: pytest.Pytester,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     qemu_device,
 ) -> None:
     """A runner killed by a signal in its counted run, a truncated ETDump, an empty and a
-    malformed timings file, outputs of the wrong shape: each fails its own test with one line
-    naming the device, the variant and what went wrong; the healthy model passes."""
+    malformed timings file, outputs of the wrong shape, a runner that never returns: each fails
+    its own test with one line naming the device, the variant and what went wrong — the hang at
+    its deadline, with the runner's process group killed — and the session goes on: the healthy
+    model passes."""
+    hang = "3600.5719"
     wrapper = tmp_path / "qemu-aarch64"
+    real = str(qemu_device._prepared()[0].qemu)
     wrapper.write_text(
-        FAULTY_QEMU.format(
-            python=sys.executable, real=str(qemu_device._prepared()[0].qemu), faults=FAULTS
-        )
+        FAULTY_QEMU.format(python=sys.executable, real=real, faults=FAULTS, hang=hang)
     )
     wrapper.chmod(0o755)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(inner_conftest("fine", *FAULTS))
+    pytester.makeconftest(inner_conftest("fine", *FAULTS, "hangs"))  # all exported before any run
     pytester.makepyfile(test_broken=INNER_TEST)
     junit = tmp_path / "junit.xml"
-    result = _through(pytester, wrapper, tmp_path, f"--junitxml={junit}")
-    result.assert_outcomes(passed=1, errors=len(FAULTS))
-    errors = {
-        case.get("name"): case.find("error").get("message")
-        for case in ET.parse(junit).iter("testcase")
-        if case.find("error") is not None
-    }
+    result = _through(pytester, wrapper, tmp_path, "--sme2-timeout=20", f"--junitxml={junit}")
+    result.assert_outcomes(passed=1, errors=len(FAULT_SENTENCES))
+    cases = {case.get("name"): case for case in ET.parse(junit).iter("testcase")}
     for fault, sentence in FAULT_SENTENCES.items():
-        message = errors[f"test_model[{fault}-fp32]"]
-        assert "\n" not in message.strip(), message
+        error = cases[f"test_model[{fault}-fp32]"].find("error")
+        message = error.get("message") if error is not None else None
+        assert message is not None and "\n" not in message.strip(), message
         assert re.fullmatch(
             r"failed on setup with \"Failed: qemu-sme2 \(sme2-on\): " + sentence + '"',
             message.strip(),
         ), (fault, message)
-    assert _alive(str(wrapper)) == []
+    # its 20 s deadline and little else: every model was exported before the first ran
+    assert float(cases["test_model[hangs-fp32]"].get("time")) < 35
+    assert alive_after(hang, 10) == [] and _alive(str(wrapper)) == []
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "xdist"])
