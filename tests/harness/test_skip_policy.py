@@ -1,18 +1,21 @@
 """Skips are listed or fail (tests/skip_policy.py): a skip outside the list of platform skips
-fails the session, one line each naming the test and its reason, on one process and on xdist
-(whose controller sees its workers' reports); a listed skip, an xfail and a pass do not."""
+fails the session, one line each naming the test and its reason, on xdist too (an inner
+session: whose controller sees its workers' test and collection reports); a listed skip, an
+xfail and a pass do not (on the policy itself)."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.skip_policy import (
     WHERE,
     PlatformSkip,
+    SkipPolicy,
     listed_name,
     load_platform_skips,
 )
@@ -97,16 +100,34 @@ def test_an_unlisted_skip_fails_the_xdist_session_naming_the_test_and_its_reason
     ]
 
 
-def test_listed_skips_xfails_and_passes_leave_the_session_green(
-    project: pytest.Pytester,
-) -> None:
-    chosen = ("test_passes", "test_listed", "test_expected_failure")
-    result = project.runpytest_subprocess(
-        "-p", "no:cacheprovider", *(f"test_inner.py::{name}" for name in chosen)
+def _skipped(nodeid: str, reason: str, **extra: object) -> pytest.TestReport:
+    """A test's report, skipped for ``reason`` (``extra``: ``wasxfail`` makes it an xfail)."""
+    where = (nodeid.partition("::")[0], 1, nodeid)
+    skipped = (where[0], 1, f"Skipped: {reason}")
+    return pytest.TestReport(nodeid, where, {}, "skipped", skipped, "call", **extra)
+
+
+def test_listed_skips_and_xfails_leave_the_exit_status_alone_and_a_worker_never_decides() -> None:
+    listed = PlatformSkip("test_inner.py::test_listed", "the platform has *", "anywhere", "")
+    policy = SkipPolicy([listed], Path("skips.toml"))
+    controller = SimpleNamespace(config=SimpleNamespace(), exitstatus=pytest.ExitCode.OK)
+    policy.pytest_runtest_logreport(
+        _skipped("t/test_inner.py::test_listed", "the platform has no X")
     )
-    result.assert_outcomes(passed=1, skipped=1, xfailed=1)
-    assert result.ret == pytest.ExitCode.OK
-    assert not [line for line in result.outlines if "unlisted skip" in line]
+    policy.pytest_runtest_logreport(_skipped("t/test_inner.py::test_known", "bug", wasxfail="bug"))
+    policy.pytest_sessionfinish(controller)  # type: ignore[arg-type]
+    assert controller.exitstatus == pytest.ExitCode.OK and policy.unlisted == {}
+
+    policy.pytest_runtest_logreport(_skipped("t/test_inner.py::test_other", "a tool is missing"))
+    assert policy.unlisted == {"t/test_inner.py::test_other": "a tool is missing"}
+    worker = SimpleNamespace(config=SimpleNamespace(workerinput={}), exitstatus=pytest.ExitCode.OK)
+    policy.pytest_sessionfinish(worker)  # type: ignore[arg-type]
+    assert worker.exitstatus == pytest.ExitCode.OK  # its controller decides
+    policy.pytest_sessionfinish(controller)  # type: ignore[arg-type]
+    assert controller.exitstatus == pytest.ExitCode.TESTS_FAILED
+    interrupted = SimpleNamespace(config=SimpleNamespace(), exitstatus=pytest.ExitCode.INTERRUPTED)
+    policy.pytest_sessionfinish(interrupted)  # type: ignore[arg-type]
+    assert interrupted.exitstatus == pytest.ExitCode.INTERRUPTED  # a worse status stays
 
 
 def test_an_entry_matches_its_test_reason_and_platform_only() -> None:
