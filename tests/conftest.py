@@ -10,9 +10,9 @@ import pytest
 from pytest_sme2.devices.kinds import device_class
 from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
-from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS
+from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS, InnerProject
 from tests.inner import INNER_PLAN as INNER_PLAN  # some tests import both from here
-from tests.llm_programs import exported_llm_programs
+from tests.llm_programs import exported_llm_programs, recorded_project
 from tests.skip_policy import register as register_skip_policy
 
 #: The skips this suite expects, each a platform's (tests/skip_policy.py fails on any other).
@@ -39,6 +39,16 @@ def llm_programs() -> Path:
     """The two programs ExecuTorch's LLM exporter made (:mod:`tests.llm_programs`): exported
     once per exporter version, in the shared cache."""
     return exported_llm_programs()
+
+
+@pytest.fixture(scope="session")
+def llm_project(
+    llm_programs: Path, qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
+) -> InnerProject:
+    """A user's project of both programs, recorded then judged on the host and qemu-sme2
+    (:func:`tests.llm_programs.recorded_project`): for tests/test_program.py and
+    tests/test_custom_ops.py, which run on one xdist worker."""
+    return recorded_project(tmp_path_factory.mktemp("llm-project"), llm_programs)
 
 
 @pytest.fixture(scope="session", autouse=True)

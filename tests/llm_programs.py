@@ -15,6 +15,10 @@ model.use_kv_cache=True backend.xnnpack.enabled=True quantization.qmode=8da4w â€
 One process exports both (the exporter's imports cost ~10 s) into one shared cache entry, keyed by
 the script, the parameters and the exporting packages' versions: from an empty cache the two
 modules each exported their own, 61 s and 65 s on a 2-core EPYC.
+
+And one user project registers them all (:func:`recorded_project`): recorded, then judged
+unchanged, on the host and qemu-sme2; each test module checks its part of those two sessions,
+which were six.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pytest_sme2.cache import cached_dir, content_key
 from pytest_sme2.export.key import package_versions
 from pytest_sme2.runner import RunPlan, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
-from tests.inner import SHARED_CACHE
+from tests.inner import INNER_TEST, SHARED_CACHE, InnerProject
 
 PARAMS = {
     "dim": 64,
@@ -122,3 +126,97 @@ def _export(out: Path) -> None:
     )
     assert run.outputs is not None
     np.save(out / "logits.npy", read_tensors(run.outputs)[0])
+
+
+#: The project's devices: the host and the emulated SME2 CPU, one fleet.
+DEVICES = ("host", "qemu-sme2")
+
+#: The custom decoder's prompt: its prefill's tokens, and the decode step's position.
+PROMPT = 8
+#: The tokens of each of its phases, whose inputs are ``custom_<phase>`` (:data:`INPUTS`).
+PHASES = {"prefill": PROMPT, "decode": 1}
+
+#: The project's inputs: the standard decode step's, one token at position 0 (``forward(
+#: tokens[1, 1], input_pos[1])``), and the same as floats, the wrong type; the custom decoder's
+#: prefill (8 tokens at position 0) and decode step (1 token at position 8).
+INPUTS = f"""
+import numpy as np
+
+
+def decode_inputs(seed):
+    return (np.array([[seed % 500 + 1]], dtype=np.int64), np.array([0], dtype=np.int64))
+
+
+def float_tokens(seed):
+    return (np.array([[1.0]], dtype=np.float32), np.array([0], dtype=np.int64))
+
+
+def custom_prefill(seed):
+    tokens = (np.arange({PROMPT}, dtype=np.int64) * 37 + seed) % 500 + 1
+    return (tokens.reshape(1, {PROMPT}), np.array([0], dtype=np.int64))
+
+
+def custom_decode(seed):
+    return (np.array([[seed % 500 + 1]], dtype=np.int64), np.array([{PROMPT}], dtype=np.int64))
+"""
+
+#: The emulated case the project leaves out (``-k``): the custom decoder's prefill is the same
+#: program and kernels as its decode step with other inputs (both phases are judged on host),
+#: and each emulated run of it spends about a minute starting torch's libraries before anything
+#: is counted â€” from an empty cache both phases took 250 s on a 2-core VM, the longest test of
+#: the suite.
+NOT_EMULATED = "qemu-sme2-custom_llama_prefill"
+
+
+def registered(programs: Path) -> str:
+    """The project's registrations: the standard decode step as ``tiny_llama`` under two labels
+    (8da4w, and optimum-executorch's 8da8w, no built-in dtype) and, given the outputs it must
+    give, as ``tiny_llama_ref`` (the default label, ``program``); both phases of the custom
+    decoder as ``custom_llama_<phase>`` (8da4w, with their tokens)."""
+    pte, logits = str(programs / "tiny_llama.pte"), str(programs / "logits.npy")
+    custom = str(programs / "custom_llama.pte")
+    return f"""
+from pytest_sme2 import register_program
+
+for label in ("8da4w", "8da8w"):
+    register_program("tiny_llama", pte={pte!r}, inputs=decode_inputs, dtype=label)
+register_program(
+    "tiny_llama_ref", pte={pte!r}, inputs=decode_inputs,
+    expected_outputs=lambda seed: (np.load({logits!r}),),
+)
+for phase, tokens in {PHASES!r}.items():
+    register_program(
+        f"custom_llama_{{phase}}", pte={custom!r}, inputs=globals()[f"custom_{{phase}}"],
+        dtype="8da4w", tokens=tokens,
+    )
+"""
+
+
+def recorded_project(path: Path, programs: Path) -> InnerProject:
+    """A user's project in ``path`` of :func:`registered`'s cases on :data:`DEVICES` (but
+    :data:`NOT_EMULATED`), recorded (``--sme2-update-baselines``), then run again unchanged;
+    both sessions pass and keep their history. Between them the host baselines lose their time
+    records, as the committed host baselines have none: a 0.1 ms program's time on a shared VM
+    is noise. On qemu-sme2 the custom kernels are the aarch64 wheel's, with PyPI's aarch64 torch
+    libraries, and the second session reads back the stored counts, whose key holds those
+    libraries."""
+    project = InnerProject(path, INPUTS + registered(programs), test_programs=INNER_TEST)
+    options = (
+        *FAST,
+        f"--sme2-device={','.join(DEVICES)}",
+        f"--sme2-baseline-dir={project.path / 'baselines'}",
+        f"--sme2-artifacts={project.path / 'artifacts'}",
+        f"--sme2-history={project.path / 'history'}",
+        "-k",
+        f"not {NOT_EMULATED}",
+    )
+    # a first count of the custom decoder takes about a minute per variant: torch's libraries,
+    # loaded and initialised before any counted call, are left out of qemu's exec log
+    first = project.run(*options, "--sme2-update-baselines", timeout_s=1800)
+    first.assert_outcomes(passed=9, deselected=1)
+    for baseline in (project.path / "baselines/host").iterdir():
+        stored = json.loads(baseline.read_text())
+        stored["machines"] = {}
+        baseline.write_text(json.dumps(stored, indent=2))
+    project.run(*options).assert_outcomes(passed=9, deselected=1)
+    return project

@@ -31,28 +31,12 @@ from pytest_sme2.runner.kernel_libraries import (
     refuse_without_kernels,
 )
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
-from tests.inner import INNER_TEST, InnerProject
-from tests.llm_programs import FAST, PARAMS
+from tests.inner import InnerProject
+from tests.llm_programs import PARAMS, PHASES
 
-#: On the xdist worker of tests/test_program.py's tests, which take the same exported programs
-#: (tests/llm_programs.py): one worker exports them, the other is not left waiting.
+#: On the xdist worker of tests/test_program.py's tests, which take the same programs and
+#: recorded project (tests/llm_programs.py): one worker makes them, the other is not left waiting.
 pytestmark = pytest.mark.xdist_group("llm-programs")
-
-PROMPT = 8
-
-#: The prefill (8 tokens at position 0) and the decode step (1 token at position 8).
-INPUTS = f"""
-import numpy as np
-
-
-def custom_prefill(seed):
-    tokens = (np.arange({PROMPT}, dtype=np.int64) * 37 + seed) % 500 + 1
-    return (tokens.reshape(1, {PROMPT}), np.array([0], dtype=np.int64))
-
-
-def custom_decode(seed):
-    return (np.array([[seed % 500 + 1]], dtype=np.int64), np.array([{PROMPT}], dtype=np.int64))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -88,75 +72,30 @@ def test_the_program_names_the_custom_operators_and_the_runner_loads_their_kerne
     assert timings["kernel_libraries_ms"] > 0
 
 
-#: The tokens of each phase, whose inputs are ``custom_<phase>`` (:data:`INPUTS`).
-PHASES = {"prefill": PROMPT, "decode": 1}
-
-
-#: What the qemu-sme2 device leaves out: the prefill (the test id, for ``-k``).
-NOT_EMULATED = "qemu-sme2-custom_llama_prefill"
-
-
-@pytest.fixture(scope="module")
-def recorded(
-    custom_llama: Path, qemu_device: object, tmp_path_factory: pytest.TempPathFactory
-) -> InnerProject:
-    """A user's project registering both phases as ``custom_llama_<phase>`` (8da4w), recorded
-    and then judged unchanged on the host and qemu-sme2 (one fleet): on qemu-sme2 with the
-    aarch64 wheel's kernels and PyPI's aarch64 torch libraries, the judged session reading back
-    the stored counts, whose key holds those libraries.
-
-    The decode step alone on qemu-sme2 (``-k``): the prefill is the same program, the same
-    kernels, other inputs (both phases are judged on host), and each emulated run spends about a
-    minute starting torch's libraries before anything is counted — from an empty cache both
-    phases took 250 s on a 2-core VM, the longest test of the suite."""
-    register = "from pytest_sme2 import register_program\n" + "".join(
-        f"register_program('custom_llama_{phase}', pte={str(custom_llama)!r}, "
-        f"inputs=custom_{phase}, dtype='8da4w', tokens={tokens})\n"
-        for phase, tokens in PHASES.items()
-    )
-    project = InnerProject(
-        tmp_path_factory.mktemp("custom"), INPUTS + register, test_programs=INNER_TEST
-    )
-    options = (
-        *FAST,  # latency wide open: the decode step runs in 0.02 ms, a rerun read 13 % slower
-        "--sme2-device=host,qemu-sme2",
-        f"--sme2-baseline-dir={project.path / 'baselines'}",
-        f"--sme2-artifacts={project.path / 'artifacts'}",
-        "-k",
-        f"not {NOT_EMULATED}",
-    )
-    # a first count takes about a minute per variant: torch's libraries, loaded and initialised
-    # before any counted call, are left out of qemu's exec log (exec_filter)
-    first = project.run(*options, "--sme2-update-baselines", timeout_s=1800)
-    first.assert_outcomes(passed=3, deselected=1)
-    project.run(*options).assert_outcomes(passed=3, deselected=1)  # qemu: the stored counts
-    return project
-
-
 def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host(
-    recorded: InnerProject,
+    llm_project: InnerProject,
 ) -> None:
     """Both phases recorded, then judged unchanged; each profile holds ``custom_sdpa`` as one
     operator in GEMM (attention) and ``update_cache`` as a cache write, and report.md shows
     them with their shares."""
     for phase in PHASES:
-        manifest = recorded.path / f"artifacts/host/custom_llama_{phase}-8da4w/manifest.json"
+        manifest = llm_project.path / f"artifacts/host/custom_llama_{phase}-8da4w/manifest.json"
         measurement, _ = load_test_dir(manifest)
         (variant,) = measurement.variants.values()
         operators = {op.name: op for op in variant.profile.operators}
         sdpa = operators["native_call_custom_sdpa.out"]
         assert sdpa.category == "GEMM" and 0 < sdpa.share < 1, sdpa
         assert "native_call_update_cache.out" in operators, sorted(operators)
-    assert "custom_sdpa" in (recorded.path / "artifacts/report.md").read_text()
+    assert "custom_sdpa" in (llm_project.path / "artifacts/report.md").read_text()
 
 
 def test_the_decode_step_with_custom_kernels_is_counted_then_judged_on_qemu_sme2(
-    recorded: InnerProject,
+    llm_project: InnerProject,
 ) -> None:
     """The decode step emulated: instructions recorded, then judged unchanged; SME2-on and
     SME2-off outputs alike; ``custom_sdpa`` one operator in GEMM with its share of the counted
     instructions."""
-    manifest = recorded.path / "artifacts/qemu-sme2/custom_llama_decode-8da4w/manifest.json"
+    manifest = llm_project.path / "artifacts/qemu-sme2/custom_llama_decode-8da4w/manifest.json"
     measurement, verdicts = load_test_dir(manifest)
     judged = {v.gate: v for v in verdicts}
     assert measurement.parity is not None and measurement.parity.ok, measurement.parity

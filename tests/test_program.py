@@ -27,81 +27,20 @@ from pytest_sme2.records.device import Variant
 from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.from_files import load_test_dir
 from tests.inner import INNER_TEST, InnerProject
-from tests.llm_programs import FAST
+from tests.llm_programs import DEVICES, FAST, INPUTS
 
 pytest_plugins = ["pytester"]
 
 #: This module's and tests/test_custom_ops.py's tests on one xdist worker (the outer session
 #: distributes by ``loadgroup``, which the plugin chooses for a fleet with a real device): both
-#: take the programs of tests/llm_programs.py, which one worker exports while the other, from an
-#: empty cache, would sit waiting for it.
+#: take the programs and the recorded project of tests/llm_programs.py (session fixtures), which
+#: one worker makes while the other, from an empty cache, would sit waiting for them.
 pytestmark = pytest.mark.xdist_group("llm-programs")
 
-#: The decode step's inputs: one token at position 0 (``forward(tokens[1, 1], input_pos[1])``).
-INPUTS = """
-import numpy as np
 
-
-def decode_inputs(seed):
-    return (np.array([[seed % 500 + 1]], dtype=np.int64), np.array([0], dtype=np.int64))
-
-
-def float_tokens(seed):
-    return (np.array([[1.0]], dtype=np.float32), np.array([0], dtype=np.int64))
-"""
-
-#: The recorded project's devices: the host and the emulated SME2 CPU, one fleet.
-DEVICES = ("host", "qemu-sme2")
-
-
-def _registered(llm_programs: Path) -> str:
-    """The recorded project's registrations: the decode step as ``tiny_llama`` under two labels
-    (8da4w, and optimum-executorch's 8da8w, no built-in dtype) and, given the outputs it must
-    give, as ``tiny_llama_ref`` (the default label, ``program``)."""
-    pte, logits = str(llm_programs / "tiny_llama.pte"), str(llm_programs / "logits.npy")
-    return f"""
-from pytest_sme2 import register_program
-
-for label in ("8da4w", "8da8w"):
-    register_program("tiny_llama", pte={pte!r}, inputs=decode_inputs, dtype=label)
-register_program(
-    "tiny_llama_ref", pte={pte!r}, inputs=decode_inputs,
-    expected_outputs=lambda seed: (np.load({logits!r}),),
-)
-"""
-
-
-@pytest.fixture(scope="module")
-def recorded(
-    llm_programs: Path, qemu_device: object, tmp_path_factory: pytest.TempPathFactory
-) -> InnerProject:
-    """A user's project of :func:`_registered`'s three cases on the host and qemu-sme2, recorded
-    (``--sme2-update-baselines``), then run again unchanged; both sessions pass and keep their
-    history. Between them the host baselines lose their time records, as the committed host
-    baselines have none: a 0.1 ms program's time on a shared VM is noise."""
-    project = InnerProject(
-        tmp_path_factory.mktemp("recorded"),
-        INPUTS + _registered(llm_programs),
-        test_programs=INNER_TEST,
-    )
-    options = (
-        *FAST,
-        f"--sme2-device={','.join(DEVICES)}",
-        f"--sme2-baseline-dir={project.path / 'baselines'}",
-        f"--sme2-artifacts={project.path / 'artifacts'}",
-        f"--sme2-history={project.path / 'history'}",
-    )
-    project.run(*options, "--sme2-update-baselines").assert_outcomes(passed=6)
-    for path in (project.path / "baselines/host").iterdir():
-        stored = json.loads(path.read_text())
-        stored["machines"] = {}
-        path.write_text(json.dumps(stored, indent=2))
-    project.run(*options).assert_outcomes(passed=6)
-    return project
-
-
-def test_an_export_llm_program_is_recorded_then_judged_unchanged(recorded: InnerProject) -> None:
-    baselines = sorted((recorded.path / "baselines/host").iterdir())
+def test_an_export_llm_program_is_recorded_then_judged_unchanged(llm_project: InnerProject) -> None:
+    host = llm_project.path / "baselines/host"
+    baselines = sorted(path for path in host.iterdir() if path.name.startswith("tiny_llama"))
     assert [path.name for path in baselines] == [
         "tiny_llama-8da4w.json",
         "tiny_llama-8da8w.json",
@@ -113,14 +52,14 @@ def test_an_export_llm_program_is_recorded_then_judged_unchanged(recorded: Inner
     assert any(re.match(r"Fully Connected \(NC, Q(P8|D8|DU8), F32, QB4W\)", op) for op in operators)
     assert "native_call_bmm.out" in operators, operators
 
-    artifacts = recorded.path / "artifacts/host"
+    artifacts = llm_project.path / "artifacts/host"
     m, verdicts = load_test_dir(artifacts / "tiny_llama-8da4w/manifest.json")
     assert m.model == "tiny_llama" and m.dtype == "8da4w"
     numerics = {v.gate: v for v in verdicts}["numerics"]
     assert numerics.status is Status.SKIP
     assert "not judged: no reference" in numerics.message
     assert m.numerics == ExportNumerics(None, registered=True)
-    report = (recorded.path / "artifacts/report.md").read_text()
+    report = (llm_project.path / "artifacts/report.md").read_text()
     assert "not judged: no reference" in report
 
     m, verdicts = load_test_dir(artifacts / "tiny_llama_ref-program/manifest.json")
@@ -130,7 +69,7 @@ def test_an_export_llm_program_is_recorded_then_judged_unchanged(recorded: Inner
 
 
 def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructions(
-    recorded: InnerProject,
+    llm_project: InnerProject,
 ) -> None:
     """The same program emulated: instructions per inference and per operator recorded, then
     judged unchanged; SME2-on and SME2-off outputs alike.
@@ -139,7 +78,7 @@ def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructi
     KleidiAI's NEON dot-product GEMV with SME2 on too, so off ÷ on is 1.00× and no SME2 kernel
     executes — ``require_sme2_kernels`` would rightly fail it. A prefill (M > 1) is what SME2
     accelerates."""
-    manifest = recorded.path / "artifacts/qemu-sme2/tiny_llama-8da4w/manifest.json"
+    manifest = llm_project.path / "artifacts/qemu-sme2/tiny_llama-8da4w/manifest.json"
     m, verdicts = load_test_dir(manifest)
     judged = {v.gate: v for v in verdicts}
     for variant in (Variant.ON, Variant.OFF):
@@ -153,26 +92,26 @@ def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructi
 
 
 def test_a_program_under_a_label_that_is_no_builtin_dtype_is_recorded_and_judged(
-    recorded: InnerProject,
+    llm_project: InnerProject,
 ) -> None:
     """optimum-executorch's users label their programs ``8da8w``: the label's tolerance is
     found (int8-dynamic's), so the SME2-on/off parity after the counting judges instead of
     crashing with ``KeyError: '8da8w'``, and the record reaches the baseline, the report, the
     history and the kit's files under ``<name>-8da8w``, on each device."""
     for device in DEVICES:
-        assert (recorded.path / f"baselines/{device}/tiny_llama-8da8w.json").is_file()
+        assert (llm_project.path / f"baselines/{device}/tiny_llama-8da8w.json").is_file()
         m, verdicts = load_test_dir(
-            recorded.path / f"artifacts/{device}/tiny_llama-8da8w/manifest.json"
+            llm_project.path / f"artifacts/{device}/tiny_llama-8da8w/manifest.json"
         )
         assert (m.model, m.dtype) == ("tiny_llama", "8da8w")
         assert verdicts and all(v.status is not Status.FAIL for v in verdicts)
         if device == "qemu-sme2":
             assert m.parity is not None and m.parity.ok
             assert m.parity.tolerance_rel == tolerance_for("int8-dynamic").rel
-    assert "tiny_llama-8da8w" in (recorded.path / "artifacts/report.md").read_text()
+    assert "tiny_llama-8da8w" in (llm_project.path / "artifacts/report.md").read_text()
     records = [
         json.loads(line)
-        for path in (recorded.path / "history").glob("*.jsonl")
+        for path in (llm_project.path / "history").glob("*.jsonl")
         for line in path.read_text().splitlines()
     ]
     measured = [record["measurement"] for record in records]
@@ -189,12 +128,12 @@ def test_every_label_finds_a_tolerance() -> None:
 
 
 def test_one_name_carries_several_dtypes_and_a_true_duplicate_names_both_files(
-    recorded: InnerProject, llm_programs: Path, monkeypatch: pytest.MonkeyPatch
+    llm_project: InnerProject, llm_programs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``register_program`` once per dtype under one name: a case ``tiny_llama-<dtype>`` each,
     each with its baseline; the same name and dtype for another file is refused, naming both."""
     for device in DEVICES:
-        stored = sorted(path.name for path in (recorded.path / f"baselines/{device}").iterdir())
+        stored = sorted(path.name for path in (llm_project.path / f"baselines/{device}").iterdir())
         assert [name for name in stored if name.startswith("tiny_llama-")] == [
             "tiny_llama-8da4w.json",
             "tiny_llama-8da8w.json",
