@@ -7,9 +7,9 @@ anything, about half of what an inner session that reads its exports and counts 
 costs, paid by well over a hundred of them per run of this suite. A multiprocessing forkserver
 (one per xdist worker) imports torch and pytest once and forks each session from there; the child
 then sets up what ``python -mpytest`` would have (``forkserver/sme2_forked_pytest.py``). Only
-sessions run through pytester's ``run`` are forked; a test that starts one with
-``pytester.popen`` (to signal it, or read it while it runs) gets a new interpreter, as does any
-other command and any test marked ``fresh_interpreter``.
+sessions run through pytester's ``run`` or a :class:`tests.inner.InnerProject` are forked; a
+test that starts one with ``pytester.popen`` (to signal it, or read it while it runs) gets a new
+interpreter, as does any other command and any test marked ``fresh_interpreter``.
 
 What a forked session cannot see: whatever torch and pytest do while they are imported (their
 import-time warnings, filters and log handlers happen in the server, once), and what an
@@ -26,7 +26,7 @@ import os
 import runpy
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,32 @@ class ForkedSession:
         self._process.kill()
 
 
+def fork_pytest(
+    args: Sequence[str], *, env: Mapping[str, str], cwd: Path | str, stdout: str, stderr: str
+) -> ForkedSession:
+    """``python -mpytest *args`` run in ``cwd`` with ``env``, its output appended to the files
+    ``stdout`` and ``stderr``: forked from this worker's server, set up as a new interpreter
+    would be (``cwd`` first in ``PYTHONPATH``, as pytester runs it)."""
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.fspath(cwd), env.get("PYTHONPATH")]))
+    session = {
+        "args": list(args),
+        "env": env,
+        "cwd": os.fspath(cwd),
+        "stdout": stdout,
+        "stderr": stderr,
+        "interpreter_path": _interpreter_path(),
+    }
+    process = _context().Process(
+        target=runpy.run_path,
+        args=(str(SCRIPT),),
+        kwargs={"init_globals": {"SESSION": session}, "run_name": "sme2_forked_pytest"},
+        name="inner pytest",
+    )
+    process.start()
+    return ForkedSession([sys.executable, "-mpytest", *args], process)
+
+
 def forked_popen(original: Any) -> Any:
     """pytester's ``popen``, forking what its ``run`` starts of pytest (``python -mpytest`` with
     its output in files) and passing anything else to ``original``."""
@@ -94,25 +120,10 @@ def forked_popen(original: Any) -> Any:
         files = hasattr(stdout, "name") and hasattr(stderr, "name")
         if command[:2] != [sys.executable, "-mpytest"] or not files or set(kw) - {"stdin"}:
             return original(cmdargs, stdout=stdout, stderr=stderr, **kw)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-        session = {
-            "args": command[2:],
-            "env": env,
-            "cwd": os.getcwd(),
-            "stdout": stdout.name,
-            "stderr": stderr.name,
-            "interpreter_path": _interpreter_path(),
-        }
         stdout.flush()
         stderr.flush()
-        process = _context().Process(
-            target=runpy.run_path,
-            args=(str(SCRIPT),),
-            kwargs={"init_globals": {"SESSION": session}, "run_name": "sme2_forked_pytest"},
-            name="inner pytest",
+        return fork_pytest(
+            command[2:], env=os.environ, cwd=os.getcwd(), stdout=stdout.name, stderr=stderr.name
         )
-        process.start()
-        return ForkedSession(command, process)
 
     return popen

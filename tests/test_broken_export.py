@@ -9,6 +9,8 @@ xfail, as does a case the user marks ``xfail`` themselves.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_sme2.cache import cache_root
@@ -61,9 +63,12 @@ def test_known(sme2_measurement, sme2_judge):
 """
 
 
-@pytest.mark.parametrize("device", ["host", "qemu-sme2"])
+#: The devices the cases run on: one fleet, the host and the emulated SME2 CPU.
+DEVICES = ("host", "qemu-sme2")
+
+
 def test_a_gated_case_whose_export_breaks_fails_and_a_never_exported_one_stays_an_xfail(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, device: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
     baselines = pytester.path / "baselines"
@@ -72,7 +77,7 @@ def test_a_gated_case_whose_export_breaks_fails_and_a_never_exported_one_stays_a
         return pytester.runpytest_subprocess(
             "-p",
             "no:cacheprovider",
-            f"--sme2-device={device}",
+            f"--sme2-device={','.join(DEVICES)}",
             f"--sme2-baseline-dir={baselines}",
             "--sme2-runs=4",
             "--sme2-rounds=2",
@@ -83,24 +88,27 @@ def test_a_gated_case_whose_export_breaks_fails_and_a_never_exported_one_stays_a
 
     pytester.makeconftest(LN_NET.format(width=64))
     pytester.makepyfile(test_suite=INNER_TEST)
-    run("--sme2-update-baselines").assert_outcomes(passed=1, xfailed=1)
-    recorded = baselines / device / "ln_net-fp16.json"
-    assert recorded.exists()
-    assert not (baselines / device / "ln_wide-fp16.json").exists()
+    run("--sme2-update-baselines").assert_outcomes(passed=2, xfailed=2)
+    recorded = [baselines / device / "ln_net-fp16.json" for device in DEVICES]
+    assert all(path.exists() for path in recorded)
+    assert not list(baselines.rglob("ln_wide-fp16.json"))
 
     pytester.makeconftest(LN_NET.format(width=512))  # the gated model's export now breaks
     pytester.makepyfile(test_known=KNOWN)
     for args in ((), ("--sme2-update-baselines",)):
         result = run(*args)
-        # test_suite: ln_net fails (at set-up, as every case its fixtures cannot give a program
-        # to), ln_wide stays an xfail; test_known: both xfail (the user's own marker)
-        result.assert_outcomes(errors=1, xfailed=3)
+        # test_suite: ln_net fails on each device (at set-up, as every case its fixtures cannot
+        # give a program to), ln_wide stays an xfail; test_known: all xfail (the user's marker)
+        result.assert_outcomes(errors=2, xfailed=6)
         assert result.ret == pytest.ExitCode.TESTS_FAILED
-        result.stdout.re_match_lines(
-            [
-                r"export of ln_net\[fp16\] failed at numerics: max abs err .* "
-                r"\(the case has a baseline, .*ln_net-fp16.json\)",
-                r"ERROR test_suite.py::test_model\[ln_net-fp16\S*\] - Failed: export of ln_net.*",
-            ]
-        )
-        assert recorded.exists()  # what the user stored is kept, updating or not
+        for device, path in zip(DEVICES, recorded, strict=True):
+            result.stdout.re_match_lines(
+                [
+                    r"export of ln_net\[fp16\] failed at numerics: max abs err .* "
+                    rf"\(the case has a baseline, {re.escape(str(path))}\)",
+                    rf"ERROR test_suite.py::test_model\[{device}-ln_net-fp16\] - Failed: "
+                    r"export of ln.*",
+                ],
+                consecutive=False,
+            )
+        assert all(path.exists() for path in recorded)  # kept, updating or not

@@ -117,10 +117,12 @@ def test_waiting_for_another_builder_is_said_and_not_counted_as_a_cost(
     target = tmp_path / "entry"
     holding = threading.Event()
 
-    def other_builder() -> None:
+    def other_builder() -> None:  # builds once the waiter says it waits (or 60 s passed)
         with FileLock(str(target) + ".lock"):
             holding.set()
-            time.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while "wait for entry" not in sink.getvalue() and time.monotonic() < deadline:
+                time.sleep(0.01)
             target.mkdir()
             (target / "built").write_text("by the other")
 

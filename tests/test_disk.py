@@ -4,6 +4,7 @@ path, no traceback, and leaves every stored baseline as it was."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -13,7 +14,7 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.judge.baseline_file import load
-from tests.inner import INNER_TEST, inner_conftest
+from tests.inner import INNER_TEST, InnerProject, inner_conftest
 
 pytest_plugins = ["pytester"]
 
@@ -58,21 +59,38 @@ def _no_traceback(result: pytest.RunResult) -> None:
     assert "Traceback" not in text and "INTERNALERROR" not in text, text
 
 
+#: The inner project's two models, ``kept`` (with a baseline) and ``new``.
+CONFTEST = inner_conftest("kept", "new")
+
+
 @pytest.fixture
 def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(inner_conftest("kept", "new"))
+    pytester.makeconftest(CONFTEST)
     return pytester
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The baselines a first session of ``kept`` wrote (it fails: no baseline yet, written and
+    to be reviewed), for each test to copy."""
+    project = InnerProject(tmp_path_factory.mktemp("recorded"), CONFTEST, test_disk=INNER_TEST)
+    baselines = project.path / "baselines"
+    first = project.run("--sme2-models=kept", f"--sme2-baseline-dir={baselines}")
+    first.assert_outcomes(failed=1)
+    return baselines
+
+
+def _copy(baselines: Path, to: Path) -> Path:
+    shutil.copytree(baselines, to)
+    return to
+
+
 def test_a_full_artifacts_disk_fails_the_case_naming_the_file(
-    inner: pytest.Pytester, tmp_path: Path
+    inner: pytest.Pytester, tmp_path: Path, recorded: Path
 ) -> None:
-    baselines = tmp_path / "baselines"
+    baselines = _copy(recorded, tmp_path / "baselines")
     inner.makepyfile(test_disk=INNER_TEST)
-    _session(inner, "--sme2-models=kept", f"--sme2-baseline-dir={baselines}").assert_outcomes(
-        failed=1  # no baseline yet: written, and the test asks for a review
-    )
     stored = (baselines / "host" / "kept-fp32.json").read_bytes()
     with small_disk(tmp_path / "artifacts") as artifacts:
         (artifacts / "filler").write_bytes(bytes(4 << 20))  # the whole disk
@@ -130,11 +148,10 @@ def test_a_disk_that_fills_before_the_reports_fails_the_test_and_the_session_in_
 
 
 def test_a_read_only_baseline_directory_fails_the_new_case_in_one_line_and_keeps_the_rest(
-    inner: pytest.Pytester, tmp_path: Path
+    inner: pytest.Pytester, tmp_path: Path, recorded: Path
 ) -> None:
     inner.makepyfile(test_disk=INNER_TEST)
-    baselines = tmp_path / "baselines"
-    _session(inner, "--sme2-models=kept", f"--sme2-baseline-dir={baselines}")
+    baselines = _copy(recorded, tmp_path / "baselines")
     stored = {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()}
     with mounted(tmp_path / "ro", "--bind", "-o", "ro", str(baselines)) as read_only:
         result = _session(inner, "--sme2-models=new", f"--sme2-baseline-dir={read_only}")

@@ -20,9 +20,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("executorch")
-
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis.numerics import DegenerateOutputWarning
 from pytest_sme2.analysis.tolerances import TOLERANCES
@@ -66,9 +63,9 @@ def inputs(seed):
 '''
 
 #: Loads LAZY_MODEL from argv[1], exports it into the cache argv[2], reports what it imported.
-#: torch is imported before the clock starts, as a user's model module imports it.
+#: What a warm hit costs is measured by ``benchmarks/export_cache.py``, not asserted here.
 EXPORT_SCRIPT = """
-import json, sys, time
+import json, sys
 from pathlib import Path
 import torch
 sys.path.insert(0, sys.argv[1])
@@ -76,10 +73,8 @@ import lazy_model
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec
 spec = ModelSpec("lazy_model", lazy_model.build, lazy_model.inputs, "lazy")
-started = time.perf_counter()
 artifact = export_model(spec, "fp32", cache_dir=Path(sys.argv[2]))
 print(json.dumps({
-    "seconds": time.perf_counter() - started,
     "key": artifact.key,
     "executorch": any(name.startswith("executorch") for name in sys.modules),
     "ok": artifact.program_error.ok,
@@ -219,6 +214,8 @@ def test_fp16_layernorm_is_judged_by_its_numbers(width: int, export_cache: Path)
 
 def test_etrecord_lets_inspector_name_delegated_events(tmp_path: Path) -> None:
     """The ETRecord beside the .pte maps a real ETDump's XNNPACK events to their backend."""
+    from executorch.devtools import Inspector  # slow to import: only where it is used
+
     from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
@@ -226,8 +223,7 @@ def test_etrecord_lets_inspector_name_delegated_events(tmp_path: Path) -> None:
     result = run_runner(
         build_runner("host"), RunnerCall(artifact.pte, artifact.inputs, plan, tmp_path)
     )
-    inspector = pytest.importorskip("executorch.devtools").Inspector
-    frame = inspector(
+    frame = Inspector(
         etdump_path=str(result.etdump), etrecord=str(artifact.etrecord)
     ).to_dataframe()
     delegated = frame[frame["is_delegated_op"]]
@@ -474,7 +470,6 @@ def test_warm_hit_in_a_fresh_process_builds_and_traces_but_never_lowers(
     assert report["key"] == cold.key, "another process computes the same key"
     assert report["executorch"] is False
     assert report["ok"] is True
-    assert report["seconds"] < 2.0
 
 
 def test_key_follows_the_program_and_dtype_not_the_source_text(tmp_path: Path) -> None:
@@ -718,7 +713,8 @@ def test_ctrl_c_stops_the_side_by_side_exports_at_once(tmp_path: Path) -> None:
     while not starts.is_file() and session.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert starts.is_file(), "no export process began an export in 180 s"
-    time.sleep(0.5)  # into its lowering
+    # an export process writes ``starts`` from the thread its export runs on (the inputs are
+    # made there): the Ctrl-C meets that export at work, the case this test is about
     os.killpg(session.pid, signal.SIGINT)
     out, err = session.communicate(timeout=60)
     assert "interrupted with" in out, err[-2000:]

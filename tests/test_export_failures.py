@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-pytest.importorskip("executorch")
-
 from pytest_sme2.cache import being_built
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export import exporter as export

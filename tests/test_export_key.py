@@ -11,7 +11,6 @@ must fail on the gate that sees the change, naming it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import subprocess
@@ -23,16 +22,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import executorch
+import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-executorch = pytest.importorskip("executorch")
-
-from pytest_sme2 import quiet  # noqa: E402
-from pytest_sme2.export import key as program_key  # noqa: E402
-from pytest_sme2.export.exporter import export_model  # noqa: E402
-from pytest_sme2.export.key import artifact_key, program_fingerprint  # noqa: E402
-from pytest_sme2.export.model_spec import ModelSpec  # noqa: E402
+from pytest_sme2 import quiet
+from pytest_sme2.export import key as program_key
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.key import artifact_key, program_fingerprint
+from pytest_sme2.export.model_spec import ModelSpec
+from pytest_sme2.runner.tensors import read_tensors
 
 pytest_plugins = ["pytester"]
 
@@ -69,27 +69,28 @@ TWO_MORE_CONVS = (
     + "            torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),",
 )
 
-#: The factory: the class from usernet.py, the width from $USER_NET_WIDTH, the pre kernels from
-#: pre.pt. Nothing of what it builds is in this file.
+#: The factory: by default the class from usernet.py, the width from $USER_NET_WIDTH, the pre
+#: kernels from pre.pt. Nothing of what it builds is in this file.
 FACTORY = '''
+import importlib
 import os
 from pathlib import Path
 
 import torch
 
-from usernet import UserNet
-
-WEIGHTS = Path(__file__).with_name("pre.pt")
+HERE = Path(__file__).parent
 
 
 def inputs(seed):
     return (torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(seed)),)
 
 
-def user_net():
-    """The user's net: its class, its width and its weights live outside this file."""
+def user_net(module="usernet", weights="pre.pt", width="USER_NET_WIDTH"):
+    """The user's net: its class (in ``module``), its width (``$width``) and its weights (the
+    file ``weights``) live outside this file."""
     torch.manual_seed(0)
-    return UserNet(int(os.environ.get("USER_NET_WIDTH", "8")), torch.load(WEIGHTS)).eval()
+    net = importlib.import_module(module).UserNet
+    return net(int(os.environ.get(width, "8")), torch.load(HERE / weights)).eval()
 '''
 
 
@@ -171,6 +172,35 @@ def test_an_environment_variable_that_widens_the_model_changes_the_key(
     narrow = artifact_key(load_project(tmp_path), "fp32")
     monkeypatch.setenv("USER_NET_WIDTH", "16")
     assert artifact_key(load_project(tmp_path), "fp32") != narrow
+
+
+#: UserNet's forward pooling by maximum instead of mean: the same modules, weights and shapes;
+#: only the traced graph tells the two programs apart.
+FORWARD_ONLY = ("self.body(x).mean(dim=(2, 3))", "self.body(x).amax(dim=(2, 3))")
+
+
+def test_a_forward_only_edit_of_a_traceable_model_changes_the_key_and_exports_again(
+    tmp_path: Path, load_project: Callable[[Path], ModelSpec]
+) -> None:
+    """symbolic_trace follows UserNet, so its key holds the traced graph: an edit of ``forward``
+    alone keys another program, and the next process exports it instead of taking the cached
+    one, whose outputs the new model would not give."""
+    _write_project(tmp_path)
+    cache = tmp_path / "cache"
+    before = load_project(tmp_path)
+    torch.fx.symbolic_trace(before.build())  # traceable: the fx graph is what keys it
+    cached = export_model(before, "fp32", cache_dir=cache)
+    (tmp_path / "usernet.py").write_text(USER_NET.replace(*FORWARD_ONLY))
+    after = load_project(tmp_path)  # a new process's import: nothing remembered
+    old, new = before.build().state_dict(), after.build().state_dict()
+    assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+    exported = export_model(after, "fp32", cache_dir=cache)
+    assert exported.key != cached.key
+    assert exported.directory != cached.directory and cached.directory.is_dir()
+    # the program checked against the edited model's outputs, which are not the cached ones
+    assert exported.program_error is not None and exported.program_error.ok
+    (was,), (now,) = (read_tensors(a.expected_outputs) for a in (cached, exported))
+    assert not np.allclose(was, now)
 
 
 class _SelfAttention(torch.nn.Module):
@@ -257,6 +287,7 @@ sys.path.insert(0, sys.argv[1])
 import user_factory
 from pytest_sme2.export.key import artifact_key
 from pytest_sme2.export.model_spec import ModelSpec
+from pytest_sme2.runner.tensors import read_tensors
 spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
 print(artifact_key(spec, "fp32"))
 """
@@ -386,11 +417,26 @@ def test_the_log_filter_drops_root_records_from_library_files() -> None:
 # --- end to end: a user project's change fails the next run -------------------------------------
 
 
+#: Three models of the user's net, each reading one thing outside the registering file that the
+#: test then changes: its class's module, its weights file, the variable of its width.
 CONFTEST = """
 from pytest_sme2 import register_model
 from user_factory import inputs, user_net
 
-register_model("user_net", inputs=inputs, dtypes=("fp32",))(user_net)
+
+@register_model("net_class", inputs=inputs, dtypes=("fp32",))
+def net_class():
+    return user_net(module="usernet_class")
+
+
+@register_model("net_weights", inputs=inputs, dtypes=("fp32",))
+def net_weights():
+    return user_net(weights="pre_weights.pt")
+
+
+@register_model("net_width", inputs=inputs, dtypes=("fp32",))
+def net_width():
+    return user_net(width="NET_WIDTH")
 """
 
 SUITE = """
@@ -415,64 +461,44 @@ FAST = [
     "--sme2-init-time-tolerance=50",
 ]
 
-
-def _change_class(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = project / "usernet.py"
-    path.write_text(path.read_text().replace(*TWO_MORE_CONVS))
-
-
-def _change_weights_file(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    kernels = torch.load(project / "pre.pt")
-    torch.save(kernels * 3, project / "pre.pt")  # two more 1×1 convolutions to run
-
-
-def _widen_by_environment(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("USER_NET_WIDTH", "64")  # 8 → 64 channels: ~50× the body's work
-
-
-#: What changes, and the lines of the failure that must name it.
-CHANGES = {
-    "class-gains-two-convs": (
-        _change_class,
-        [
-            "*operator structure of user_net[[]fp32] on host (sme2-off) changed from the baseline*",
-            "*Convolution (NHWC, F32) IGEMM ×2 → ×4/run*",
-        ],
-    ),
-    "weights-file-adds-two-convs": (
-        _change_weights_file,
-        [
-            "*operator structure of user_net[[]fp32] on host (sme2-off) changed from the baseline*",
-            # 1×1 convolutions over 3 channels run as XNNPACK GEMMs, as does the linear head
-            "*Fully Connected (NC, F32) GEMM ×2 → ×4/run*",
-        ],
-    ),
-    "environment-widens": (
-        _widen_by_environment,
-        ["*E2E latency of user_net[[]fp32] on host (sme2-off) rose *%*beyond the 25% tolerance*"],
-    ),
-}
+#: The lines of the changed run's failures that must name each change, in the models' order.
+CHANGED = [
+    # net_class: two more 3×3 convolutions in its class's body
+    "*operator structure of net_class[[]fp32] on host (sme2-off) changed from the baseline*",
+    "*Convolution (NHWC, F32) IGEMM ×2 → ×4/run*",
+    # net_weights: two more 1×1 convolutions in its weights file, which over 3 channels run as
+    # XNNPACK GEMMs, as does the linear head
+    "*operator structure of net_weights[[]fp32] on host (sme2-off) changed from the baseline*",
+    "*Fully Connected (NC, F32) GEMM ×2 → ×4/run*",
+    # net_width: 8 → 64 channels, ~50× the body's work
+    "*E2E latency of net_width[[]fp32] on host (sme2-off) rose *%*beyond the 25% tolerance*",
+]
 
 
-@pytest.mark.parametrize("change", CHANGES)
 def test_a_change_outside_the_registering_file_fails_the_next_run(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, change: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("USER_NET_WIDTH", raising=False)
+    """A user project records its baselines, then changes each model outside the file that
+    registers it — a class in another module, a weights file, an environment variable — and
+    the next run fails each on the gate that sees its change, naming it."""
+    monkeypatch.delenv("NET_WIDTH", raising=False)
     project = pytester.path
     _write_project(project)
+    (project / "usernet_class.py").write_text(USER_NET)
+    (project / "pre_weights.pt").write_bytes((project / "pre.pt").read_bytes())
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
     recorded = pytester.runpytest_subprocess(*FAST, "--sme2-update-baselines")
-    recorded.assert_outcomes(passed=1)
-    baseline = json.loads((project / "baselines" / "host" / "user_net-fp32.json").read_text())
-    assert baseline["model"] == "user_net"
+    recorded.assert_outcomes(passed=3)
+    stored = sorted(path.name for path in (project / "baselines" / "host").iterdir())
+    assert stored == ["net_class-fp32.json", "net_weights-fp32.json", "net_width-fp32.json"]
 
-    apply, expected = CHANGES[change]
-    apply(project, monkeypatch)
+    (project / "usernet_class.py").write_text(USER_NET.replace(*TWO_MORE_CONVS))
+    torch.save(torch.load(project / "pre_weights.pt") * 3, project / "pre_weights.pt")
+    monkeypatch.setenv("NET_WIDTH", "64")
     changed = pytester.runpytest_subprocess(*FAST)
-    changed.assert_outcomes(failed=1)
-    changed.stdout.fnmatch_lines(expected)
+    changed.assert_outcomes(failed=3)
+    changed.stdout.fnmatch_lines(CHANGED)
 
 
 def test_a_model_that_computes_while_building_keys_the_same_on_any_thread_count() -> None:

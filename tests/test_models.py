@@ -8,15 +8,14 @@ and would break the comparison of SME2-on with SME2-off; these tests pin that do
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-import models  # noqa: E402, F401  (registers the examples; needs torch)
-from models.mobilenet_v3_small import mobilenet_v3_small  # noqa: E402
-from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny  # noqa: E402
-from pytest_sme2.errors import ConfigError  # noqa: E402
-from pytest_sme2.export.key import program_fingerprint  # noqa: E402
-from pytest_sme2.export.model_spec import ModelSpec, get_model, register_model  # noqa: E402
+import models  # noqa: F401  (registers the examples; needs torch)
+from models.mobilenet_v3_small import mobilenet_v3_small
+from models.vit_tiny import DEPTH, DIM, MLP_RATIO, NUM_CLASSES, PATCH, tokens, vit_tiny
+from pytest_sme2.errors import ConfigError
+from pytest_sme2.export.key import program_fingerprint
+from pytest_sme2.export.model_spec import ModelSpec, get_model, register_model
 
 #: What each example model returns for its example inputs (batch 1).
 OUTPUT_SHAPES: dict[str, list[tuple[int, ...]]] = {

@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("executorch")
-
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.errors import ExportError
 from pytest_sme2.export.exporter import Artifact, export_model

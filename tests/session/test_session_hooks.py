@@ -19,7 +19,7 @@ from pytest_sme2.records.outcome import CaseOutcome
 from pytest_sme2.records.verdict import Status, Verdict
 from pytest_sme2.report.content import summary_row
 from pytest_sme2.session import Sme2Session
-from tests.conftest import INNER_DEFAULTS, INNER_PLAN
+from tests.inner import INNER_DEFAULTS, INNER_PLAN
 from tests.measurements import HOST, counted_measurement, measurement
 
 pytest_plugins = ["pytester"]
