@@ -6,6 +6,10 @@ any exception. So every skip must be a *platform* skip written in tests/platform
 test, the reason it gives, where that skip is expected and why it is the platform's — and any
 other skip fails the session: exit status 1 and one line per skip naming the test and its reason.
 
+The example suite (tests/test_suite.py) is not held to it: it is the user's main job, not a test
+of this project, and its skips are the product's — ``auto``'s emulated device that this machine
+cannot prepare is skipped saying so, as a user's session would (tests/test_fleet.py checks it).
+
 The controller decides (pytest's own session, or xdist's controller, which receives every
 worker's test and collection reports); an xdist worker only reports.
 """
@@ -31,6 +35,9 @@ WHERE: dict[str, Callable[[], bool]] = {
     "on macOS": lambda: sys.platform == "darwin",
     "without root": lambda: os.geteuid() != 0,
 }
+
+#: The example suite's file: its skips are the product's behaviour, not this suite's.
+EXAMPLE_SUITE = "test_suite.py"
 
 #: The fields of an entry of the list, each a string.
 FIELDS = ("test", "reason", "where", "why")
@@ -107,6 +114,8 @@ class SkipPolicy:
         return bool(self.unlisted) and not hasattr(config, "workerinput")
 
     def _seen(self, report: pytest.TestReport | pytest.CollectReport) -> None:
+        if listed_name(report.nodeid).partition("::")[0] == EXAMPLE_SUITE:
+            return
         reason = skip_reason(report)
         if not any(entry.allows(listed_name(report.nodeid), reason) for entry in self.listed):
             self.unlisted[report.nodeid] = reason

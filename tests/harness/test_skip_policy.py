@@ -130,6 +130,18 @@ def test_listed_skips_and_xfails_leave_the_exit_status_alone_and_a_worker_never_
     assert interrupted.exitstatus == pytest.ExitCode.INTERRUPTED  # a worse status stays
 
 
+def test_the_example_suites_skips_are_the_products_and_not_judged() -> None:
+    """auto's emulated device that this machine cannot prepare skips its case, saying so, in the
+    user's main job (tests/test_fleet.py): not a skip of this project's tests."""
+    policy = SkipPolicy([], Path("skips.toml"))
+    policy.pytest_runtest_logreport(
+        _skipped("tests/test_suite.py::test_model[qemu-sme2-toy_cnn-fp32]", "could not be prepared")
+    )
+    assert policy.unlisted == {}
+    policy.pytest_runtest_logreport(_skipped("tests/x/test_suite2.py::test_y", "no tool"))
+    assert policy.unlisted == {"tests/x/test_suite2.py::test_y": "no tool"}
+
+
 def test_an_entry_matches_its_test_reason_and_platform_only() -> None:
     entry = PlatformSkip("test_x.py::test_y[*]", "needs *", "anywhere", "why")
     assert entry.allows(listed_name("tests/deep/test_x.py::test_y[a-1]"), "needs root")
