@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _corpus() -> ModuleType:
     """The corpus module, imported (which registers its models) only when asked for: importing
-    this script, as tests/test_corpus.py does, must not put the corpus into the registry of the
+    this script, as tests/e2e/test_corpus.py does, must not put the corpus into the registry of the
     process, where a suite parametrized over every registered model would export it all."""
     return importlib.import_module("benchmarks.corpus_models")
 

@@ -32,7 +32,7 @@ portable fp16 LayerNorm is wrong from width 256 on, so their fp16 cases are expe
 as every real encoder's (768 wide and up) would be.
 
 Not imported by the project's own suite: ``benchmarks/corpus.py`` runs it, and
-``tests/test_corpus.py`` registers one small member and runs the corpus's DistilBERT.
+``tests/e2e/test_corpus.py`` registers one small member and runs the corpus's DistilBERT.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ equal, the narrowed one much faster.
     python benchmarks/narrowed_count.py PROGRAM.pte [--variant sme2-off] [--position 8]
 
 PROGRAM.pte: an ``export_llm`` program with the KV cache, the custom SDPA and a dynamic sequence
-length, e.g. the one ``tests/test_custom_ops.py`` exports into
+length, e.g. the one ``tests/e2e/test_custom_ops.py`` exports into
 ``<cache>/tests/custom-llama-*/custom_llama.pte``. It is run as one decode step: a token at
 ``--position``. Both counts use the narrowed run's fixed guest layout (qemu's ``-R``), so they
 differ only by the log's narrowing.

@@ -4,7 +4,7 @@
 # unpinned torch would download several GB of CUDA packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# corpus: transformers, for the one library model CI runs (tests/test_corpus.py)
+# corpus: transformers, for the one library model CI runs (tests/e2e/test_corpus.py)
 python -m pip install --quiet --disable-pip-version-check -e ".[dev,corpus]"
 # Headless Chromium renders the HTML report in its test (Debian package; skipped when present).
 bash scripts/install_chromium.sh

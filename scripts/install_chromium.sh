@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for tests/test_report_e2e.py (it opens the pytest-html report and checks that
+# Headless Chromium for tests/e2e/test_report_e2e.py (it opens the pytest-html report and checks that
 # every chart rendered). Debian's `chromium` package; does nothing when a chromium is on PATH.
 set -euo pipefail
 if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then

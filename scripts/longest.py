@@ -5,7 +5,7 @@ The limits (docs/architecture.md): no function over 60 lines, no class over 300,
 500, no function with more than 8 parameters (``self`` and ``cls`` not counted: pass a value
 instead of a bundle of arguments), in ``pytest_sme2/``. A table-like literal may be longer; its
 module says so in a comment ``# table-like literal``, which exempts the module (not its functions).
-Exits 1 when a limit is exceeded, so CI can hold it (tests/test_architecture.py).
+Exits 1 when a limit is exceeded, so CI can hold it (tests/harness/test_architecture.py).
 
     python scripts/longest.py [--top N]
 """

@@ -43,8 +43,8 @@ def llm_project(
     llm_programs: Path, qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
 ) -> InnerProject:
     """A user's project of both programs, recorded then judged on the host and qemu-sme2
-    (:func:`tests.llm_programs.recorded_project`): for tests/test_program.py and
-    tests/test_custom_ops.py, which run on one xdist worker."""
+    (:func:`tests.llm_programs.recorded_project`): for tests/e2e/test_program.py and
+    tests/e2e/test_custom_ops.py, which run on one xdist worker."""
     return recorded_project(tmp_path_factory.mktemp("llm-project"), llm_programs)
 
 
@@ -69,9 +69,9 @@ def pytester(
     This suite runs on two xdist workers on two cores: a measurement here shares the machine
     with the other worker's exports by design, so the default — time not judged when the runs
     lost the CPU — would make every time-gate test a coin toss. The rule itself is tested where
-    it is the subject (tests/test_disturbance.py), which takes this away. Set after pytester's
-    own set-up, which clears ``PYTEST_ADDOPTS``. Its ``runpytest_subprocess`` sessions are
-    forked from a server that has imported torch (:mod:`tests.forked_sessions`), except for a
+    it is the subject (tests/measure/test_disturbance.py), which takes this away. Set after
+    pytester's own set-up, which clears ``PYTEST_ADDOPTS``. Its ``runpytest_subprocess`` sessions
+    are forked from a server that has imported torch (:mod:`tests.forked_sessions`), except for a
     test marked ``fresh_interpreter`` (one about what importing the libraries does).
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(INNER_DEFAULTS))

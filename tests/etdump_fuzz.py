@@ -1,8 +1,8 @@
 """Structured mutations of real ETDumps: the parser must answer each with a Trace or a one-line
 TraceError, quickly, whatever the mutation.
 
-Byte-level fuzzing (tests/test_trace.py) rarely produces a *valid* flatbuffer that lies: these
-mutations change one thing the format allows and the file's meaning forbids, at the places the
+Byte-level fuzzing (tests/analysis/test_trace.py) rarely produces a *valid* flatbuffer that lies:
+these mutations change one thing the format allows and the file's meaning forbids, at the places the
 reader follows: an offset pointed at another table of its kind (aliasing), a vector or string
 length grown or shrunk, a vtable slot moved, an event's times swapped or made extreme, every
 event of a run pointed at one. Used by the bounded CI test and by ``benchmarks/fuzz_etdump.py``.

@@ -54,7 +54,7 @@ INNER_PLAN = ("--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2")
 #: (auto) adds qemu-sme2 on this CPU; and category shares opened wide — the inner models run in
 #: 0.07 ms, where a baseline recorded beside the other worker held Other at 43 % and every later
 #: measurement, four of them spread over 10 s, at 9 %. The share gate is tested where it is the
-#: subject (tests/test_gates.py), and on real-sized models by benchmarks/gating_quality.py.
+#: subject (tests/judge/test_gates.py), and on real-sized models by benchmarks/gating_quality.py.
 #: And a short measurement plan (the session's default is 10 rounds of 20 runs and 10 traced
 #: runs): each round is a runner call, over a second through the adb double, so two phones'
 #: three cases took 5 minutes; a test that judges time against its own planted change passes

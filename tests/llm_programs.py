@@ -1,5 +1,6 @@
 """Two programs exported by ExecuTorch's own LLM exporter, for the tests of programs from other
-pipelines (tests/test_program.py) and of ExecuTorch's LLM custom kernels (tests/test_custom_ops.py).
+pipelines (tests/e2e/test_program.py) and of ExecuTorch's LLM custom kernels
+(tests/e2e/test_custom_ops.py).
 
 Both are the same tiny llama (dim 64, 2 layers, vocabulary 512, 32 positions, seeded weights),
 8da4w with groups of 32, XNNPACK, KV cache on, exported with the installed wheel's ``export_llm``
@@ -51,7 +52,7 @@ PARAMS = {
 #: beside the other xdist worker a decode step read 10.1 % slower against a reference workload
 #: that moved 2 % (a fresh-clone CI run, 2-core EPYC). Their tests are of programs from other
 #: pipelines — labels, structure, instructions, outputs — not of the latency gate, which
-#: tests/test_plugin.py and benchmarks/gating_quality.py cover.
+#: tests/session/test_plugin.py and benchmarks/gating_quality.py cover.
 FAST = (
     "--sme2-runs=6",
     "--sme2-rounds=2",

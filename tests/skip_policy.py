@@ -8,7 +8,7 @@ other skip fails the session: exit status 1 and one line per skip naming the tes
 
 The example suite (tests/test_suite.py) is not held to it: it is the user's main job, not a test
 of this project, and its skips are the product's — ``auto``'s emulated device that this machine
-cannot prepare is skipped saying so, as a user's session would (tests/test_fleet.py checks it).
+cannot prepare is skipped saying so, as a user's session would (tests/e2e/test_fleet.py checks it).
 
 The controller decides (pytest's own session, or xdist's controller, which receives every
 worker's test and collection reports); an xdist worker only reports.

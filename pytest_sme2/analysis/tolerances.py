@@ -79,9 +79,9 @@ class Tolerance:
 #:   and by at most 0.32 of the spread in RMS (MobileNetV2; LeViT 0.24, MobileViT 0.29). So:
 #:   worst element ≤ 64 steps (1/4 of int8's 256; 1.6× the worst honest, 40) and RMS ≤ 0.5 of the
 #:   spread (1.6× the worst honest; a program uncorrelated with the model is at 1.41, one with
-#:   its weights negated after lowering at 2 and 255 steps: tests/test_export.py), with a floor
-#:   of 3 steps for outputs that use few steps (MobileViT at 128 px: spread 2.6 steps, RMS 1.2).
-#:   Outputs computed in float after their last dequantize have no step: rel 0.35 (measured
+#:   its weights negated after lowering at 2 and 255 steps: tests/export/test_export.py), with a
+#:   floor of 3 steps for outputs that use few steps (MobileViT at 128 px: spread 2.6 steps, RMS
+#:   1.2). Outputs computed in float after their last dequantize have no step: rel 0.35 (measured
 #:   ≤ 0.03), also SME2-on/off parity's tolerance for int8, as before.
 #: - int8-dynamic: XNNPACK chooses activation scales per row where the converted model does per
 #:   tensor, so the program strays from it by the order of the quantization error itself:

@@ -55,7 +55,7 @@ _U64 = struct.Struct("<Q")
 # a 17.6 s inner session). Measured: write_modelled_etdump of a real counted ETDump (50 KB, 331
 # events of the counted run) in a fresh process, 2 shared vCPUs at load 6–8: 13.4–14.3 s before
 # (0.17 s of it the two flatc calls once imported), 0.003–0.007 s now; ExecuTorch reads the same
-# document from both (tests/test_modelled_etdump.py; all 328 counted ETDumps in the cache).
+# document from both (tests/measure/test_modelled_etdump.py; all 328 counted ETDumps in the cache).
 
 
 def modelled_etdump(etdump: Path, run_index: int, counted: Trace) -> bytes:

@@ -132,7 +132,7 @@ def test_listed_skips_and_xfails_leave_the_exit_status_alone_and_a_worker_never_
 
 def test_the_example_suites_skips_are_the_products_and_not_judged() -> None:
     """auto's emulated device that this machine cannot prepare skips its case, saying so, in the
-    user's main job (tests/test_fleet.py): not a skip of this project's tests."""
+    user's main job (tests/e2e/test_fleet.py): not a skip of this project's tests."""
     policy = SkipPolicy([], Path("skips.toml"))
     policy.pytest_runtest_logreport(
         _skipped("tests/test_suite.py::test_model[qemu-sme2-toy_cnn-fp32]", "could not be prepared")

@@ -61,7 +61,7 @@ def measure_case(
 def measure_on_host(device: HostDevice, spec: ModelSpec, workdir: Path) -> Measurement:
     """``spec`` fp32 measured on ``device`` beside the reference workload, judged as measured on
     a quiet machine: beside another xdist worker it rarely is, and whether a busy machine's time
-    is judged at all is tests/test_disturbance.py's subject."""
+    is judged at all is tests/measure/test_disturbance.py's subject."""
     return replace(measure_case(device, spec, workdir), disturbance=None)
 
 

@@ -90,7 +90,7 @@ SWEEP_PLAN = {
 }
 
 #: As this suite's sessions judge (tests/conftest.py's INNER_DEFAULTS): category shares opened
-#: wide (the subject of tests/test_gates.py), time judged beside the other xdist worker.
+#: wide (the subject of tests/judge/test_gates.py), time judged beside the other xdist worker.
 SUITE = {"sme2_share_tolerance": "100", "sme2_judge_disturbed": True}
 
 

@@ -22,7 +22,8 @@ from pytest_sme2.measure.fleet import Fleet
 from pytest_sme2.measure.settle import MachineSpeed
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS, Case, Settings, resolve
 
-#: a short plan, time judged beside the other xdist worker at 25 % (see tests/test_plugin.py)
+#: a short plan, time judged beside the other xdist worker at 25 % (see
+#: tests/session/test_plugin.py)
 FAST = {
     "sme2_runs": "12",
     "sme2_rounds": "3",

@@ -208,7 +208,7 @@ def test_a_vision_models_broadcast_copy_is_no_kv_repeat_and_its_transposes_are_l
 
 #: The same decode step exported with ExecuTorch's custom SDPA and KV cache (export_llm's
 #: use_sdpa_with_kv_cache): attention and the cache write are llama:: kernels outside the
-#: delegate, as tests/test_custom_ops.py measures them; a cast is left outside beside them
+#: delegate, as tests/e2e/test_custom_ops.py measures them; a cast is left outside beside them
 CUSTOM_KERNEL_OPS = (
     ("Fully Connected (NC, PF32) GEMM", 1.0),
     ("native_call_custom_sdpa.out", 0.9),

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from pytest_sme2.analysis.trace import Event, Run, Trace, parse_etdump, read_etdump
 from pytest_sme2.errors import TraceError
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REAL = sorted(DATA.glob("*.etdp"))
 _INSTANCE = re.compile(r" #\d+$")
 

@@ -15,7 +15,7 @@ from pytest_sme2.analysis.profile import profile
 from pytest_sme2.analysis.trace import read_etdump
 from pytest_sme2.cli import main
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 FOREIGN = DATA / "xnnpack_cnn_fp32_3runs.etdp"  # written by ExecuTorch's Python bindings
 
 

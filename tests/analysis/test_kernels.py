@@ -206,7 +206,7 @@ def test_a_layer_on_neon_beside_an_sme2_layer_of_its_weight_type_is_xnnpacks_cho
     assert layers_without_sme2(operators, 1000) == ()
 
 
-QEMU_BASELINES = sorted((Path(__file__).parents[1] / "baselines" / "qemu-sme2").glob("*.json"))
+QEMU_BASELINES = sorted((Path(__file__).parents[2] / "baselines" / "qemu-sme2").glob("*.json"))
 
 
 @pytest.mark.parametrize("path", QEMU_BASELINES, ids=lambda p: p.stem)

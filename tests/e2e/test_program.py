@@ -5,7 +5,7 @@ the others run.
 The programs are exported for real (tests/llm_programs.py: the installed wheel's ``export_llm``
 configuration, a tiny llama, 8da4w, XNNPACK, KV cache on): the decode step with the standard
 attention ops, and one with ExecuTorch's ``llama::`` custom ops, which, renamed, no runner has
-(the custom ops themselves: tests/test_custom_ops.py).
+(the custom ops themselves: tests/e2e/test_custom_ops.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.llm_programs import DEVICES, FAST, INPUTS
 
 pytest_plugins = ["pytester"]
 
-#: This module's and tests/test_custom_ops.py's tests on one xdist worker (the outer session
+#: This module's and tests/e2e/test_custom_ops.py's tests on one xdist worker (the outer session
 #: distributes by ``loadgroup``, which the plugin chooses for a fleet with a real device): both
 #: take the programs and the recorded project of tests/llm_programs.py (session fixtures), which
 #: one worker makes while the other, from an empty cache, would sit waiting for them.

@@ -36,7 +36,7 @@ from pytest_sme2.export.model_spec import ModelSpec, get_model, registered_model
 from pytest_sme2.runner.tensors import read_tensors
 from tests.known_failures import example_cases, expect_known
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: A small conv + linear model in a module of its own, which the cache tests edit and re-import.
 LAZY_MODEL = '''
@@ -602,7 +602,7 @@ def _session_script(tmp_path: Path, body: str) -> tuple[list[str], dict[str, str
     """The command that runs :data:`SESSION_SCRIPT` + ``body``, and its environment (a cache of
     its own)."""
     script = tmp_path / "session.py"
-    script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[1])) + body)
+    script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[2])) + body)
     return [sys.executable, str(script)], {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
 
 

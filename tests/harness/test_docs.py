@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README_LIMIT = 200
 MAIN_JOB = (
     "bash scripts/install.sh && python -m pytest tests/test_suite.py --html=report.html "

@@ -1,5 +1,5 @@
 """What the session does around its side-by-side export processes (the processes themselves,
-forked from real sessions: tests/test_export.py)."""
+forked from real sessions: tests/export/test_export.py)."""
 
 from __future__ import annotations
 

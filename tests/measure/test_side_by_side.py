@@ -67,7 +67,7 @@ def test_an_error_of_the_first_stops_the_seconds_runner_and_refuses_its_next(
 def test_ctrl_c_on_the_calling_thread_leaves_no_runner_of_the_other() -> None:
     """SIGTERM and Ctrl-C reach the calling thread only, as KeyboardInterrupt
     (:mod:`pytest_sme2.interrupt`); its own runner call kills its own group
-    (tests/test_faults.py), and the other thread's is stopped."""
+    (tests/e2e/test_faults.py), and the other thread's is stopped."""
     marker = "3600.5743"
 
     def first() -> None:

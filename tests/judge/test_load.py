@@ -39,7 +39,7 @@ def host_measurement(tmp_path_factory: pytest.TempPathFactory) -> Measurement:
     device.prepare()
     measured = measure_toy_cnn(device, PLAN, tmp_path_factory.mktemp("host"))
     # judged as measured on a quiet machine: beside another xdist worker it rarely is, and whether
-    # a busy machine's time is judged at all is tests/test_disturbance.py's subject
+    # a busy machine's time is judged at all is tests/measure/test_disturbance.py's subject
     return replace(measured, disturbance=None)
 
 

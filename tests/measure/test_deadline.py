@@ -27,7 +27,7 @@ from pytest_sme2.measure.deadline import (
 from pytest_sme2.runner.invoke import DEFAULT_TIMEOUT_S, Executions, RunResult
 from tests.measurements import EMULATOR, measure_toy_cnn
 
-BASELINES = Path(__file__).parent.parent / "baselines"
+BASELINES = Path(__file__).parents[2] / "baselines"
 
 
 class RecordingHost(HostDevice):

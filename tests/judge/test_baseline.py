@@ -66,7 +66,7 @@ def test_missing_file_is_none_and_bad_files_are_named(tmp_path):
         store.load(bad)
 
 
-COMMITTED = sorted((Path(__file__).parents[1] / "baselines").glob("*/*.json"))
+COMMITTED = sorted((Path(__file__).parents[2] / "baselines").glob("*/*.json"))
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])

@@ -27,7 +27,7 @@ from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.from_files import load_test_dir, measurement_from_etdumps
 from tests.measurements import ON_OPS, SME2_DEVICE, make_trace, measurement
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 CNN = DATA / "xnnpack_cnn_fp32_3runs.etdp"
 ATTENTION = DATA / "xnnpack_attention_fp16_2runs.etdp"
 

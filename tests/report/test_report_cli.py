@@ -19,7 +19,7 @@ from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.from_files import measurement_from_etdumps
 from pytest_sme2.report.markdown import case_report
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 CNN = DATA / "xnnpack_cnn_fp32_3runs.etdp"
 ATTENTION = DATA / "xnnpack_attention_fp16_2runs.etdp"
 

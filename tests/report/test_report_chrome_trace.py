@@ -10,7 +10,7 @@ import pytest
 from pytest_sme2.analysis.trace import EXECUTE, Event, Run, Trace, read_etdump
 from pytest_sme2.report.chrome_trace import GRID_NS, chrome_trace, write_chrome_trace
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REAL_TRACES = sorted(DATA.glob("*.etdp"))
 MS = 1_000_000
 

@@ -32,7 +32,7 @@ from pytest_sme2.runner.invoke import Executions
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
 

@@ -253,7 +253,7 @@ def test_dynamic_int8_runs_sme2_kernels_only_when_sme2_is_visible(
 
 # --- the macOS shim (no Mac here: compile checks only) -----------------------------------------
 
-MAC_SHIM = Path(__file__).resolve().parents[1] / "pytest_sme2/devices/shim/mac_hide_sme.c"
+MAC_SHIM = Path(__file__).resolve().parents[2] / "pytest_sme2/devices/shim/mac_hide_sme.c"
 
 
 def test_mac_shim_is_valid_c() -> None:

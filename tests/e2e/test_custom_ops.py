@@ -34,7 +34,7 @@ from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.inner import InnerProject
 from tests.llm_programs import PARAMS, PHASES
 
-#: On the xdist worker of tests/test_program.py's tests, which take the same programs and
+#: On the xdist worker of tests/e2e/test_program.py's tests, which take the same programs and
 #: recorded project (tests/llm_programs.py): one worker makes them, the other is not left waiting.
 pytestmark = pytest.mark.xdist_group("llm-programs")
 

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.judge.unused_baselines import UnusedBaselines, settle_unused, unused_baselines
-from tests.test_plugin import CONFTEST, run
+from tests.session.test_plugin import CONFTEST, run
 
 pytest_plugins = ["pytester"]
 

@@ -3,7 +3,7 @@ device — pytest's wiring (xdist groups, the session's reports, a lost device f
 its cases) is the subject, so each test is an inner session. Two qemu-sme2 vector lengths are two
 real emulated devices; two phones are two adb doubles that run the host runner for real, one of
 which is unplugged mid-session. What ``auto`` names on each kind of machine is tested on the
-parsed options (tests/test_device_spec.py), a fleet's devices and their machine info on the
+parsed options (tests/devices/test_device_spec.py), a fleet's devices and their machine info on the
 objects (tests/devices/test_kinds.py)."""
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from pytest_sme2.records.device import Variant
 from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.runner.build import build_runner
 from tests.adb_double import install
+from tests.devices.test_device_android import _FEATURES, NO_SME2_PHONE, cpuinfo
 from tests.inner import INNER_TEST, inner_conftest
-from tests.test_device_android import _FEATURES, NO_SME2_PHONE, cpuinfo
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
 
@@ -56,8 +56,8 @@ def test_a_default_device_that_cannot_be_prepared_skips_its_cases_saying_why(
     tmp_path: Path,
 ) -> None:
     """``auto`` here (x86-64, no SME2) is the host and the emulated qemu-sme2 (which devices, on
-    every kind of machine: tests/test_device_spec.py; the two measured, CI's example suite); a
-    qemu that cannot be prepared skips the emulated case, saying so and how to leave it out, and
+    every kind of machine: tests/devices/test_device_spec.py; the two measured, CI's example suite);
+    a qemu that cannot be prepared skips the emulated case, saying so and how to leave it out, and
     the host's still runs."""
     missing = _suite(tmp_path, env={"SME2_QEMU": str(tmp_path / "no-such-qemu")})
     assert "1 passed, 1 skipped" in missing

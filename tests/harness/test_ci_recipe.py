@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-RECIPE = Path(__file__).resolve().parents[1] / "examples" / "github-actions" / "sme2.yml"
+RECIPE = Path(__file__).resolve().parents[2] / "examples" / "github-actions" / "sme2.yml"
 
 
 def _lint(path: Path) -> subprocess.CompletedProcess[str]:

@@ -2,8 +2,8 @@
 copy of it, read back by our reader and by ExecuTorch's own deserialiser (what Inspector uses).
 
 The instruction-timed runs here are made by hand (every time mapped through a line, so nesting
-holds); tests/test_kit_layout.py checks a real qemu-sme2 case end to end. The writer patches the
-source's bytes itself (no executorch import): what ExecuTorch reads of it is checked against
+holds); tests/report/test_kit_layout.py checks a real qemu-sme2 case end to end. The writer patches
+the source's bytes itself (no executorch import): what ExecuTorch reads of it is checked against
 what ExecuTorch's own writer made of the same run and times, the module's writer until then.
 """
 
@@ -26,7 +26,7 @@ from pytest_sme2.measure.modelled_etdump import (
     write_modelled_etdump,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 FIXTURES = ("xnnpack_cnn_fp32_3runs.etdp", "xnnpack_attention_fp16_2runs.etdp")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: import-linter's ``lint-imports`` command, run by the interpreter of this session
 LINT_IMPORTS = (
     "import sys; from importlinter.cli import lint_imports_command; lint_imports_command()"

@@ -1,9 +1,10 @@
 """Splitting a counted inference's instructions between its ETDump events, on hand-built runs.
 
-The layout is the one a real traced inference under qemu shows (tests/test_qemu_attribution.py
-checks it on real runs): the tracer stamps non-delegated events with a clock read each at start
-and end; inside a delegate call come the profiler's start (the first operator event's start),
-XNNPACK's start, one read after each operator, then the call's end.
+The layout is the one a real traced inference under qemu shows
+(tests/devices/test_qemu_attribution.py checks it on real runs): the tracer stamps non-delegated
+events with a clock read each at start and end; inside a delegate call come the profiler's start
+(the first operator event's start), XNNPACK's start, one read after each operator, then the call's
+end.
 """
 
 from __future__ import annotations
