@@ -41,7 +41,7 @@ from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.inner import INNER_TEST, SHARED_CACHE, InnerProject
 from tests.judge.host_case import host_device
-from tests.judge.judged_again import judged_again
+from tests.judge.project_cases import judge_cases
 from tests.session.contexts import project_settings
 
 PARAMS = {
@@ -249,7 +249,7 @@ def recorded_project(path: Path, programs: Path) -> RecordedProject:
     emulated = QemuSme2Device.from_options(lambda _: None)
     emulated.prepare()
     devices = {"host": host_device(), "qemu-sme2": emulated}
-    selected = judged_again(
+    selected = judge_cases(
         project.path, again, devices, selected=lambda case: NOT_EMULATED not in case.id
     )
     return RecordedProject(project.path, selected)

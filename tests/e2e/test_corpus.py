@@ -25,7 +25,7 @@ from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.judge.check import Checked
 from pytest_sme2.judge.expectations import Expectations
 from tests.judge.host_case import host_device
-from tests.judge.judged_again import judged_again
+from tests.judge.project_cases import judge_cases
 from tests.session.contexts import project_settings
 
 MODEL = "ci_mobilenet_v2"
@@ -120,7 +120,7 @@ def judged_unchanged(recorded: Path) -> dict[str, Checked]:
     emulated = QemuSme2Device.from_options(lambda _: None)
     emulated.prepare()
     devices = {"host": host_device(), "qemu-sme2": emulated}
-    return judged_again(recorded, chosen, devices, expectations=SUITE_MARKER)
+    return judge_cases(recorded, chosen, devices, expectations=SUITE_MARKER)
 
 
 def test_a_library_model_exports_records_and_passes_unchanged(

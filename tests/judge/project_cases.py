@@ -1,7 +1,8 @@
-"""A user project's recorded cases judged again on the objects: what an unchanged second session
-of the project does — each case of its settings measured afresh (the real export or registered
+"""A user project's cases measured and judged on the objects, as a session of the project would
+measure and judge them — each case of its settings measured afresh (the real export or registered
 program, the real runner, on the real device) and judged through ``CaseCheck`` against the
-baselines the project's first session recorded — without a second pytest session."""
+project's baselines, or recorded into them under update — without a pytest session: the
+recording before a session whose subject is what changed, or the unchanged run after one."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def registered(conftest: Path) -> tuple[ModelSpec | ProgramSpec, ...]:
         return (*model_spec.registered_models(), *program_files.registered_programs())
 
 
-def judged_again(
+def judge_cases(
     root: Path,
     chosen: Settings,
     devices: Mapping[str, Device],
@@ -48,7 +49,7 @@ def judged_again(
     """Each ``selected`` case of the project in ``root`` (registered by its conftest.py, its
     baselines under ``root/baselines``) that ``chosen`` makes, measured afresh on its device of
     ``devices`` (by id) under the settings' plan and judged under their policy against the test's
-    ``expectations``; by case id. Its runner's files under ``root/again``."""
+    ``expectations``; by case id. Its runner's files under ``root/objects``."""
     checked = {}
     for case in chosen.cases(registered(root / "conftest.py")):
         if selected(case):
@@ -59,7 +60,7 @@ def judged_again(
 def _judged(
     root: Path, chosen: Settings, device: Device, case: Case, expectations: Expectations | None
 ) -> Checked:
-    runs = root / "again" / case.id
+    runs = root / "objects" / case.id
 
     def measured(label: str) -> Measurement:
         return measure_case(device, case.model, runs / label, chosen.plan, case.dtype)
@@ -74,4 +75,4 @@ def _judged(
         device_id=case.device.directory,
         expectations=expectations,
     )
-    return check.check(measured("again"))
+    return check.check(measured("judged"))
