@@ -25,10 +25,8 @@ from pytest_sme2.judge.moves import Tolerances
 from pytest_sme2.judge.policy import Policy
 from pytest_sme2.records.measurement import Measurement
 from tests.e2e.ln_net import ln_spec
-from tests.inner import INNER_TEST
+from tests.inner import INNER_TEST, InnerProject
 from tests.judge.host_case import case_check, host_device, measure_case
-
-pytest_plugins = ["pytester"]
 
 #: The project: ``ln_net`` as wide as the test says, ``ln_wide`` 512 wide from the start.
 LN_NETS = """
@@ -77,26 +75,24 @@ def _record_narrow(directory: Path, device_id: str, device: Device) -> Path:
 
 
 def test_a_gated_case_whose_export_breaks_fails_and_a_never_exported_one_stays_an_xfail(
-    pytester: pytest.Pytester, qemu_device: QemuSme2Device
+    tmp_path: Path, qemu_device: QemuSme2Device
 ) -> None:
-    baselines = pytester.path / "baselines"
     devices = {"host": host_device(), "qemu-sme2": qemu_device}
-    recorded = [_record_narrow(pytester.path, name, devices[name]) for name in DEVICES]
+    recorded = [_record_narrow(tmp_path, name, devices[name]) for name in DEVICES]
     stored = [path.read_bytes() for path in recorded]
 
-    pytester.makeconftest(LN_NETS.format(width=512))  # the gated model's export now breaks
-    pytester.makepyfile(test_suite=INNER_TEST, test_known=KNOWN)
+    # the gated model's export now breaks
+    project = InnerProject(
+        tmp_path, LN_NETS.format(width=512), test_suite=INNER_TEST, test_known=KNOWN
+    )
     for args in ((), ("--sme2-update-baselines",)):
-        result = pytester.runpytest_subprocess(
-            "-p",
-            "no:cacheprovider",
+        result = project.run(
             f"--sme2-device={','.join(DEVICES)}",
-            f"--sme2-baseline-dir={baselines}",
+            f"--sme2-baseline-dir={tmp_path / 'baselines'}",
             "--sme2-runs=4",
             "--sme2-rounds=2",
             "--sme2-traced-runs=2",
             *args,
-            timeout=900,
         )
         # test_suite: ln_net fails on each device (at set-up, as every case its fixtures cannot
         # give a program to), ln_wide stays an xfail, with no baseline or under update;
@@ -115,4 +111,4 @@ def test_a_gated_case_whose_export_breaks_fails_and_a_never_exported_one_stays_a
             )
         # kept as they were, updating or not; none written for the case never measured
         assert [path.read_bytes() for path in recorded] == stored
-        assert not list(baselines.rglob("ln_wide-fp16.json"))
+        assert not list((tmp_path / "baselines").rglob("ln_wide-fp16.json"))

@@ -33,11 +33,10 @@ from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.key import artifact_key, program_fingerprint
 from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.runner.tensors import read_tensors
+from tests.inner import InnerProject
 from tests.judge.host_case import host_device
 from tests.judge.project_cases import judge_cases
 from tests.session.contexts import project_settings
-
-pytest_plugins = ["pytester"]
 
 #: A user's model class, in a module of its own: 1×1 "pre" convolutions whose kernels the factory
 #: reads from a weights file (one per tensor in it), then a body of 3×3 convolutions ``width``
@@ -291,6 +290,7 @@ import user_factory
 from pytest_sme2.export.key import artifact_key
 from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.runner.tensors import read_tensors
+from tests.inner import InnerProject
 from tests.judge.host_case import host_device
 from tests.judge.project_cases import judge_cases
 from tests.session.contexts import project_settings
@@ -504,28 +504,25 @@ def _record_on_the_objects(project: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_change_outside_the_registering_file_fails_the_next_run(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A user project records its baselines, then changes each model outside the file that
     registers it — a class in another module, a weights file, an environment variable — and
     the next run fails each on the gate that sees its change, naming it. The recording is on
     the objects; the run that must fail is the project's session."""
     monkeypatch.delenv("NET_WIDTH", raising=False)
-    project = pytester.path
-    _write_project(project)
-    (project / "usernet_class.py").write_text(USER_NET)
-    (project / "pre_weights.pt").write_bytes((project / "pre.pt").read_bytes())
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_suite=SUITE)
-    _record_on_the_objects(project, monkeypatch)
-    stored = sorted(path.name for path in (project / "baselines" / "host").iterdir())
+    project = InnerProject(tmp_path, CONFTEST, test_suite=SUITE)
+    _write_project(tmp_path)
+    (tmp_path / "usernet_class.py").write_text(USER_NET)
+    (tmp_path / "pre_weights.pt").write_bytes((tmp_path / "pre.pt").read_bytes())
+    _record_on_the_objects(tmp_path, monkeypatch)
+    stored = sorted(path.name for path in (tmp_path / "baselines" / "host").iterdir())
     assert stored == ["net_class-fp32.json", "net_weights-fp32.json", "net_width-fp32.json"]
 
-    (project / "usernet_class.py").write_text(USER_NET.replace(*TWO_MORE_CONVS))
-    torch.save(torch.load(project / "pre_weights.pt") * 3, project / "pre_weights.pt")
-    monkeypatch.setenv("NET_WIDTH", "64")
+    (tmp_path / "usernet_class.py").write_text(USER_NET.replace(*TWO_MORE_CONVS))
+    torch.save(torch.load(tmp_path / "pre_weights.pt") * 3, tmp_path / "pre_weights.pt")
     flags = [f"--{dest.replace('_', '-')}={value}" for dest, value in FAST.items()]
-    changed = pytester.runpytest_subprocess("-p", "no:cacheprovider", *flags)
+    changed = project.run(*flags, env={"NET_WIDTH": "64"})
     changed.assert_outcomes(failed=3)
     changed.stdout.fnmatch_lines(CHANGED)
 
