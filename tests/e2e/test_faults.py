@@ -96,14 +96,14 @@ def test_an_interrupted_wait_kills_the_group_too() -> None:
     assert alive_after(marker, 10) == []
 
 
-def hanging_qemu(tmp_path: Path, qemu_device, marker: str) -> Path:
-    """A user's qemu-aarch64 (``--sme2-qemu``) that never returns for the model named ``hangs``
+def hanging_qemu(tmp_path: Path, qemu_device, marker: str, model: str = "hangs") -> Path:
+    """A user's qemu-aarch64 (``--sme2-qemu``) that never returns for the model named ``model``
     (it sleeps ``marker`` seconds, a length nobody else uses) and runs the real one otherwise."""
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         "#!/bin/sh\n"
         # runs are isolated: the run directory's model.pte links to the program
-        f'case "$(readlink -f model.pte 2>/dev/null)" in *hangs_xnnpack*) exec sleep {marker};; '
+        f'case "$(readlink -f model.pte 2>/dev/null)" in *{model}_xnnpack*) exec sleep {marker};; '
         "esac\n"
         f'exec {qemu_device.guest.toolchain.qemu} "$@"\n'
     )
@@ -240,6 +240,11 @@ def test_a_crash_garbage_or_a_hang_of_the_runner_fails_that_case_alone_with_one_
     assert list((baselines / "host").iterdir()) == [kept] and kept.read_bytes() == before
 
 
+#: The small model as tests/e2e/test_disk.py's project registers ``kept``: one export serves
+#: both files.
+KEPT = small_model("kept", 2)
+
+
 @pytest.fixture(scope="module")
 def recorded_kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The baseline of the small model ``kept`` on the host, recorded as a session under
@@ -247,7 +252,7 @@ def recorded_kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     any test's ``pytester``, which at its end forgets the modules imported since it began: torch
     imports some as it exports, and cannot import them twice.)"""
     directory = tmp_path_factory.mktemp("kept")
-    device, spec = host_device(), small_model("kept")
+    device, spec = host_device(), KEPT
 
     def measured(label: str) -> Measurement:
         return measure_on_host(device, spec, directory / "kept" / label)
@@ -445,8 +450,8 @@ def test_kill_9_of_the_process_in_a_long_qemu_runner_call_leaves_no_runner_5_s_l
     user's qemu (which never returns for this model) dies with it — the qemu-sme2 device's call
     is armed like every runner call (the guard itself: the test above)."""
     marker = "3600.5736"  # each test its own: a pkill in one must not hit the other worker's
-    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
-    hangs = export_model(small_model("hangs"), "fp32")
+    wrapper = hanging_qemu(tmp_path, qemu_device, marker, model=KEPT.name)
+    hangs = export_model(KEPT, "fp32")
     files = (wrapper, tmp_path / "run", hangs.pte, hangs.inputs)
     caller = subprocess.Popen([sys.executable, "-c", RUN_THROUGH_QEMU, *map(str, files)])
     try:
