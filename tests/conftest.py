@@ -9,8 +9,8 @@ import pytest
 
 from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
-from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS, InnerProject
-from tests.llm_programs import exported_llm_programs, recorded_project
+from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS
+from tests.llm_programs import RecordedProject, exported_llm_programs, recorded_project
 from tests.skip_policy import register as register_skip_policy
 
 #: The skips this suite expects, each a platform's (tests/skip_policy.py fails on any other).
@@ -41,8 +41,9 @@ def llm_programs() -> Path:
 @pytest.fixture(scope="session")
 def llm_project(
     llm_programs: Path, qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
-) -> InnerProject:
-    """A user's project of both programs, recorded then judged on the host and qemu-sme2
+) -> RecordedProject:
+    """A user's project of both programs, recorded by its session on the host and qemu-sme2
+    (provisioned), then judged again unchanged on the objects
     (:func:`tests.llm_programs.recorded_project`): for tests/e2e/test_program.py and
     tests/e2e/test_custom_ops.py, which run on one xdist worker."""
     return recorded_project(tmp_path_factory.mktemp("llm-project"), llm_programs)

@@ -17,9 +17,9 @@ One process exports both (the exporter's imports cost ~10 s) into one shared cac
 the script, the parameters and the exporting packages' versions: from an empty cache the two
 modules each exported their own, 61 s and 65 s on a 2-core EPYC.
 
-And one user project registers them all (:func:`recorded_project`): recorded, then judged
-unchanged, on the host and qemu-sme2; each test module checks its part of those two sessions,
-which were six.
+And one user project registers them all (:func:`recorded_project`): recorded by one session on
+the host and qemu-sme2, then judged again unchanged on the objects; each test module checks its
+part of them (six sessions once).
 """
 
 from __future__ import annotations
@@ -27,15 +27,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pytest_sme2.cache import cached_dir, content_key
+from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.export.key import package_versions
+from pytest_sme2.judge.check import Checked
 from pytest_sme2.runner import Executions, RunnerCall, build_runner, run_runner
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
 from tests.inner import INNER_TEST, SHARED_CACHE, InnerProject
+from tests.judge.host_case import host_device
+from tests.judge.project_cases import judge_cases
+from tests.session.contexts import project_settings
 
 PARAMS = {
     "dim": 64,
@@ -48,18 +55,20 @@ PARAMS = {
     "rope_theta": 10000.0,
 }
 
-#: A short plan, and latency judged wide open: these programs' inferences take 0.02–0.06 ms, and
-#: beside the other xdist worker a decode step read 10.1 % slower against a reference workload
-#: that moved 2 % (a fresh-clone CI run, 2-core EPYC). Their tests are of programs from other
-#: pipelines — labels, structure, instructions, outputs — not of the latency gate, which
-#: tests/session/test_plugin.py and benchmarks/gating_quality.py cover.
-FAST = (
-    "--sme2-runs=6",
-    "--sme2-rounds=2",
-    "--sme2-traced-runs=2",
-    "--sme2-warmup=1",
-    "--sme2-latency-tolerance=100",
-)
+#: A short plan, and latency judged wide open, by option dest: these programs' inferences take
+#: 0.02–0.06 ms, and beside the other xdist worker a decode step read 10.1 % slower against a
+#: reference workload that moved 2 % (a fresh-clone CI run, 2-core EPYC). Their tests are of
+#: programs from other pipelines — labels, structure, instructions, outputs — not of the latency
+#: gate, which tests/session/test_plugin.py and benchmarks/gating_quality.py cover.
+FAST_OPTIONS = {
+    "sme2_runs": "6",
+    "sme2_rounds": "2",
+    "sme2_traced_runs": "2",
+    "sme2_warmup": "1",
+    "sme2_latency_tolerance": "100",
+}
+#: :data:`FAST_OPTIONS` on a command line.
+FAST = tuple(f"--{dest.replace('_', '-')}={value}" for dest, value in FAST_OPTIONS.items())
 
 #: Both programs in one process. Without a checkpoint the exporter leaves buffers (the norms'
 #: weights) as uninitialised memory (``to_empty``) and every logit came out -inf, so the script
@@ -190,31 +199,57 @@ for phase, tokens in {PHASES!r}.items():
 """
 
 
-def recorded_project(path: Path, programs: Path) -> InnerProject:
+@dataclass(frozen=True)
+class RecordedProject:
+    """A user's project of both programs, recorded by its session (:func:`recorded_project`)."""
+
+    path: Path
+    #: each case the session recorded, run again unchanged and judged on the objects, by case id
+    #: (``host-tiny_llama-8da4w``)
+    again: Mapping[str, Checked]
+
+
+def recorded_project(path: Path, programs: Path) -> RecordedProject:
     """A user's project in ``path`` of :func:`registered`'s cases on :data:`DEVICES` (but
-    :data:`NOT_EMULATED`), recorded (``--sme2-update-baselines``), then run again unchanged;
-    both sessions pass and keep their history. Between them the host baselines lose their time
-    records, as the committed host baselines have none: a 0.1 ms program's time on a shared VM
-    is noise. On qemu-sme2 the custom kernels are the aarch64 wheel's, with PyPI's aarch64 torch
-    libraries, and the second session reads back the stored counts, whose key holds those
-    libraries."""
+    :data:`NOT_EMULATED`), recorded by its session (``--sme2-update-baselines``), which passes
+    and keeps its history; then its host baselines lose their time records, as the committed
+    host baselines have none (a 0.1 ms program's time on a shared VM is noise), and each case is
+    run again unchanged on the objects, as the project's next session would: measured afresh on
+    the devices that session prepares and judged against the recorded baselines. On qemu-sme2
+    the custom kernels are the aarch64 wheel's, with PyPI's aarch64 torch libraries, and the
+    judging again reads back the stored counts, whose key holds those libraries."""
     project = InnerProject(path, INPUTS + registered(programs), test_programs=INNER_TEST)
-    options = (
+    # a first count of the custom decoder takes about a minute per variant: torch's libraries,
+    # loaded and initialised before any counted call, are left out of qemu's exec log
+    first = project.run(
         *FAST,
         f"--sme2-device={','.join(DEVICES)}",
         f"--sme2-baseline-dir={project.path / 'baselines'}",
         f"--sme2-artifacts={project.path / 'artifacts'}",
         f"--sme2-history={project.path / 'history'}",
+        "--sme2-update-baselines",
         "-k",
         f"not {NOT_EMULATED}",
+        timeout_s=1800,
     )
-    # a first count of the custom decoder takes about a minute per variant: torch's libraries,
-    # loaded and initialised before any counted call, are left out of qemu's exec log
-    first = project.run(*options, "--sme2-update-baselines", timeout_s=1800)
     first.assert_outcomes(passed=9, deselected=1)
     for baseline in (project.path / "baselines/host").iterdir():
         stored = json.loads(baseline.read_text())
         stored["machines"] = {}
         baseline.write_text(json.dumps(stored, indent=2))
-    project.run(*options).assert_outcomes(passed=9, deselected=1)
-    return project
+    # the session's options by dest, :data:`tests.inner.INNER_DEFAULTS`' among them
+    again = project_settings(
+        project.path,
+        **FAST_OPTIONS,
+        sme2_judge_disturbed=True,
+        sme2_share_tolerance="100",
+        sme2_device=",".join(DEVICES),
+        sme2_baseline_dir=str(project.path / "baselines"),
+    )
+    emulated = QemuSme2Device.from_options(lambda _: None)
+    emulated.prepare()
+    devices = {"host": host_device(), "qemu-sme2": emulated}
+    selected = judge_cases(
+        project.path, again, devices, selected=lambda case: NOT_EMULATED not in case.id
+    )
+    return RecordedProject(project.path, selected)

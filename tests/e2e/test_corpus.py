@@ -1,12 +1,13 @@
 """One small member of the corpus of real architectures, on host and qemu-sme2, as CI runs it.
 
-A user project (inner sessions, the way ``benchmarks/corpus.py`` runs the whole corpus)
+A user project (an inner session, the way ``benchmarks/corpus.py`` runs the whole corpus)
 registers a scaled-down MobileNetV2 built from its transformers configuration — inverted
-residuals and depthwise convolutions that nobody here wrote — records baselines, then runs
-again unchanged and must pass; the corpus's DistilBERT is recorded on host beside it. On
-qemu-sme2 the recorded baselines must hold instructions per operator for both variants. The
-corpus module is imported by this test only (and the inner
-sessions), never by the default suite's conftest.
+residuals and depthwise convolutions that nobody here wrote — and records baselines; the
+corpus's DistilBERT is recorded on host beside it. Run again unchanged, it must pass: that second
+run is judged on the objects, each case measured afresh and judged through ``CaseCheck`` against
+what the session recorded, as the project's second session would. On qemu-sme2 the recorded
+baselines must hold instructions per operator for both variants. The corpus module is imported
+by this test only (and the inner session), never by the default suite's conftest.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ import pytest
 import transformers  # noqa: F401  (the corpus extra, which scripts/install.sh installs)
 
 from benchmarks.corpus import portable_only, project, session
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.judge.check import Checked
+from pytest_sme2.judge.expectations import Expectations
+from tests.judge.host_case import host_device
+from tests.judge.project_cases import judge_cases
+from tests.session.contexts import project_settings
 
 MODEL = "ci_mobilenet_v2"
 #: fp32 only: the test's budget is 3 minutes on 2 cores (2 min 20 s measured, host and
@@ -70,6 +77,9 @@ def _mangled(artifacts: Path) -> list[str]:
     return found
 
 
+#: The expectations of the corpus's test (``benchmarks/corpus.py`` TEST's marker).
+SUITE_MARKER = Expectations(require_sme2_kernels=True)
+
 #: The project's devices: the host and the emulated SME2 CPU, one fleet.
 DEVICES = ("host", "qemu-sme2")
 #: The corpus's DistilBERT (token ids and a padding mask in, not an image), recorded on host.
@@ -79,10 +89,10 @@ TEXT = "hf_distilbert"
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One user project, as CI runs the corpus (the way ``benchmarks/corpus.py`` runs it whole):
-    :data:`MODEL` recorded on the host and qemu-sme2, then run again unchanged, judged against
-    what it recorded; and :data:`TEXT`, as the corpus registers it, recorded on host in the same
-    first session (its budget is under a minute: the corpus runs the rest), its emulated case
-    deselected. Each session passes every case it runs."""
+    :data:`MODEL` recorded on the host and qemu-sme2, and :data:`TEXT`, as the corpus registers
+    it, recorded on host in the same session (its budget is under a minute: the corpus runs the
+    rest), its emulated case deselected. The session passes every case it runs; then the host
+    baselines keep their portable part, as the corpus's do."""
     root = project(tmp_path_factory.mktemp("corpus"), CONFTEST)
     fleet, dtypes = ",".join(DEVICES), f"--sme2-dtypes={','.join(DTYPES)}"
     record = [f"--sme2-models={MODEL},{TEXT}", dtypes, "-k", f"not qemu-sme2-{TEXT}"]
@@ -91,14 +101,36 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"host-{TEXT}-fp32": "passed",
     }
     portable_only(root / "baselines")  # a shared 2-core VM judges no host time (docs/judging.md)
-    assert session(root, fleet, [f"--sme2-models={MODEL}", dtypes], "rerun") == {
-        f"{device}-{MODEL}-{dtype}": "passed" for device in DEVICES for dtype in DTYPES
-    }
     return root
 
 
-def test_a_library_model_exports_records_and_passes_unchanged(recorded: Path) -> None:
-    assert _mangled(recorded / "rerun") == []  # people read demangled C++ in every report file
+@pytest.fixture(scope="module")
+def judged_unchanged(recorded: Path) -> dict[str, Checked]:
+    """:data:`MODEL` run again unchanged, as the corpus's second session runs it (``--sme2-models
+    =MODEL``, the suite's ``require_sme2_kernels`` marker, every other option its default), on
+    the objects: each case measured afresh on the device that session prepares and judged
+    against what the first recorded."""
+    chosen = project_settings(
+        recorded,
+        sme2_device=",".join(DEVICES),
+        sme2_models=MODEL,
+        sme2_dtypes=",".join(DTYPES),
+        sme2_baseline_dir=str(recorded / "baselines"),
+    )
+    emulated = QemuSme2Device.from_options(lambda _: None)
+    emulated.prepare()
+    devices = {"host": host_device(), "qemu-sme2": emulated}
+    return judge_cases(recorded, chosen, devices, expectations=SUITE_MARKER)
+
+
+def test_a_library_model_exports_records_and_passes_unchanged(
+    recorded: Path, judged_unchanged: dict[str, Checked]
+) -> None:
+    cases = [f"{device}-{MODEL}-{dtype}" for device in DEVICES for dtype in DTYPES]
+    assert {case: checked.failure for case, checked in judged_unchanged.items()} == dict.fromkeys(
+        cases
+    )
+    assert _mangled(recorded / "record") == []  # people read demangled C++ in every report file
     for device in DEVICES:
         for dtype in DTYPES:
             path = recorded / "baselines" / device / f"{MODEL}-{dtype}.json"

@@ -31,8 +31,7 @@ from pytest_sme2.runner.kernel_libraries import (
     refuse_without_kernels,
 )
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
-from tests.inner import InnerProject
-from tests.llm_programs import PARAMS, PHASES
+from tests.llm_programs import PARAMS, PHASES, RecordedProject
 
 #: On the xdist worker of tests/e2e/test_program.py's tests, which take the same programs and
 #: recorded project (tests/llm_programs.py): one worker makes them, the other is not left waiting.
@@ -70,12 +69,13 @@ def test_the_program_names_the_custom_operators_and_the_runner_loads_their_kerne
 
 
 def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host(
-    llm_project: InnerProject,
+    llm_project: RecordedProject,
 ) -> None:
     """Both phases recorded, then judged unchanged; each profile holds ``custom_sdpa`` as one
     operator in GEMM (attention) and ``update_cache`` as a cache write, and report.md shows
     them with their shares."""
     for phase in PHASES:
+        assert llm_project.again[f"host-custom_llama_{phase}-8da4w"].failure is None
         manifest = llm_project.path / f"artifacts/host/custom_llama_{phase}-8da4w/manifest.json"
         measurement, _ = load_test_dir(manifest)
         (variant,) = measurement.variants.values()
@@ -87,14 +87,14 @@ def test_prefill_and_decode_with_custom_kernels_are_recorded_then_judged_on_host
 
 
 def test_the_decode_step_with_custom_kernels_is_counted_then_judged_on_qemu_sme2(
-    llm_project: InnerProject,
+    llm_project: RecordedProject,
 ) -> None:
     """The decode step emulated: instructions recorded, then judged unchanged; SME2-on and
     SME2-off outputs alike; ``custom_sdpa`` one operator in GEMM with its share of the counted
     instructions."""
-    manifest = llm_project.path / "artifacts/qemu-sme2/custom_llama_decode-8da4w/manifest.json"
-    measurement, verdicts = load_test_dir(manifest)
-    judged = {v.gate: v for v in verdicts}
+    again = llm_project.again["qemu-sme2-custom_llama_decode-8da4w"]
+    judged, measurement = {v.gate: v for v in again.verdicts}, again.measurement
+    assert measurement is not None
     assert measurement.parity is not None and measurement.parity.ok, measurement.parity
     for variant in (Variant.ON, Variant.OFF):
         assert judged[f"instructions[{variant}]"].status is Status.PASS, judged

@@ -24,9 +24,15 @@ from pytest_sme2 import progress
 from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.errors import RunnerError
+from pytest_sme2.export.exporter import export_model
 from pytest_sme2.judge.baseline_file import load
+from pytest_sme2.judge.moves import Tolerances
+from pytest_sme2.judge.policy import Policy
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.runner.invoke import run_process, run_step
 from tests.inner import INNER_TEST, inner_conftest, through_qemu
+from tests.judge.host_case import case_check, host_device, measure_on_host
+from tests.judge.small_model import small_model
 from tests.processes import alive_after, processes_mentioning
 
 pytest_plugins = ["pytester"]
@@ -90,14 +96,14 @@ def test_an_interrupted_wait_kills_the_group_too() -> None:
     assert alive_after(marker, 10) == []
 
 
-def hanging_qemu(tmp_path: Path, qemu_device, marker: str) -> Path:
-    """A user's qemu-aarch64 (``--sme2-qemu``) that never returns for the model named ``hangs``
+def hanging_qemu(tmp_path: Path, qemu_device, marker: str, model: str = "hangs") -> Path:
+    """A user's qemu-aarch64 (``--sme2-qemu``) that never returns for the model named ``model``
     (it sleeps ``marker`` seconds, a length nobody else uses) and runs the real one otherwise."""
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         "#!/bin/sh\n"
         # runs are isolated: the run directory's model.pte links to the program
-        f'case "$(readlink -f model.pte 2>/dev/null)" in *hangs_xnnpack*) exec sleep {marker};; '
+        f'case "$(readlink -f model.pte 2>/dev/null)" in *{model}_xnnpack*) exec sleep {marker};; '
         "esac\n"
         f'exec {qemu_device.guest.toolchain.qemu} "$@"\n'
     )
@@ -187,12 +193,22 @@ def test_a_crash_garbage_or_a_hang_of_the_runner_fails_that_case_alone_with_one_
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     qemu_device,
+    recorded_kept: Path,
 ) -> None:
     """A runner killed by a signal in its counted run, a truncated ETDump, an empty and a
     malformed timings file, outputs of the wrong shape, a runner that never returns: each fails
     its own test with one line naming the device, the variant and what went wrong — the hang at
     its deadline, with the runner's process group killed — and the session goes on: the healthy
-    model passes."""
+    model passes.
+
+    And it is the session after one killed -9 at a baseline's rename (:func:`_killed_at_rename`):
+    it removes the complete temporary file left beside the baseline, saying so, and the baseline
+    itself stays as it was."""
+    baselines = tmp_path / "baselines"
+    kept = baselines / "host" / recorded_kept.name
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(recorded_kept.read_bytes())
+    stranded, before = _killed_at_rename(kept), kept.read_bytes()
     hang = "3600.5719"
     wrapper = tmp_path / "qemu-aarch64"
     real = str(qemu_device.guest.toolchain.qemu)
@@ -218,6 +234,69 @@ def test_a_crash_garbage_or_a_hang_of_the_runner_fails_that_case_alone_with_one_
     # its 20 s deadline and little else: every model was exported before the first ran
     assert float(cases["test_model[hangs-fp32]"].get("time")) < 35
     assert alive_after(hang, 10) == [] and _alive(str(wrapper)) == []
+    assert f"pytest-sme2 removed {stranded}: a temporary file of a session killed" in (
+        result.stdout.str()
+    )
+    assert list((baselines / "host").iterdir()) == [kept] and kept.read_bytes() == before
+
+
+#: The small model as tests/e2e/test_disk.py's project registers ``kept``: one export serves
+#: both files.
+KEPT = small_model("kept", 2)
+
+
+@pytest.fixture(scope="module")
+def recorded_kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The baseline of the small model ``kept`` on the host, recorded as a session under
+    ``--sme2-update-baselines`` records it: measured, and judged through ``CaseCheck``. (Before
+    any test's ``pytester``, which at its end forgets the modules imported since it began: torch
+    imports some as it exports, and cannot import them twice.)"""
+    directory = tmp_path_factory.mktemp("kept")
+    device, spec = host_device(), KEPT
+
+    def measured(label: str) -> Measurement:
+        return measure_on_host(device, spec, directory / "kept" / label)
+
+    check = case_check(directory, Policy(Tolerances(), update=True), measured, model="kept")
+    assert check.check(measured("record")).failure is None
+    return check.path
+
+
+#: Saves the baseline in argv[1] again, as a session re-recording it does, and is killed -9 at the
+#: rename that would put it in place: the temporary file is complete, the rename never happens
+#: (the kill is delivered at exactly that system call, every time).
+KILLED_AT_THE_RENAME = """
+import os, signal, sys
+from pathlib import Path
+from pytest_sme2.judge.baseline_file import load, save
+
+path = Path(sys.argv[1])
+_replace = os.replace
+
+
+def _killed_at_the_rename(source, target, *args, **kwargs):
+    if Path(target) == path:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _replace(source, target, *args, **kwargs)
+
+
+os.replace = _killed_at_the_rename
+save(path, load(path))
+"""
+
+
+def _killed_at_rename(baseline: Path) -> Path:
+    """The temporary file a process writing ``baseline`` left, killed -9 at its rename."""
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_THE_RENAME, str(baseline)],
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (stranded,) = (path for path in baseline.parent.iterdir() if path != baseline)
+    assert re.fullmatch(r"kept-fp32\.json\.\d+\.\w+\.tmp", stranded.name), stranded.name
+    assert json.loads(stranded.read_text())["model"] == "kept"  # complete, and never renamed
+    return stranded
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "xdist"])
@@ -290,49 +369,6 @@ def _said_passed(output: list[str], test: str) -> bool:
     return any(test in line and "PASSED" in line for line in list(output))
 
 
-#: A conftest line that kills the inner pytest with SIGKILL at the rename that would put its
-#: baseline in place: the temporary file is complete, the rename never happens (a test-only
-#: hook: the kill is delivered at exactly that system call, every time).
-KILL_AT_THE_BASELINE_RENAME = """
-
-import os, signal
-
-_replace = os.replace
-
-
-def _killed_at_the_baseline_rename(source, target, *args, **kwargs):
-    if str(target).endswith(os.path.join("baselines", "host", "kept-fp32.json")):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return _replace(source, target, *args, **kwargs)
-
-
-os.replace = _killed_at_the_baseline_rename
-"""
-
-
-def test_kill_9_at_the_baseline_rename_leaves_no_stray_file_after_the_next_session(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    baselines = tmp_path / "baselines"
-    args = ("-p", "no:cacheprovider", f"--sme2-baseline-dir={baselines}", "--sme2-models=kept")
-    pytester.makepyfile(test_kept=INNER_TEST)
-    pytester.makeconftest(inner_conftest("kept") + KILL_AT_THE_BASELINE_RENAME)
-    killed = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=600)
-    assert killed.ret == -signal.SIGKILL
-    (stranded,) = (baselines / "host").iterdir()  # complete, and never renamed
-    assert re.fullmatch(r"kept-fp32\.json\.\d+\.\w+\.tmp", stranded.name), stranded.name
-    assert json.loads(stranded.read_text())["model"] == "kept"
-
-    pytester.makeconftest(inner_conftest("kept"))
-    after = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=600)
-    after.assert_outcomes(passed=1)
-    assert f"pytest-sme2 removed {stranded}: a temporary file of a session killed" in (
-        after.stdout.str()
-    )
-    assert [p.name for p in (baselines / "host").iterdir()] == ["kept-fp32.json"]
-
-
 @pytest.mark.parametrize(
     ("guard", "marker"), [("compiled", "3600.5731"), ("preexec_fn", "3600.5732")]
 )
@@ -388,23 +424,47 @@ def _session_until(
     return session
 
 
-def test_kill_9_of_pytest_in_a_long_runner_call_leaves_no_runner_5_s_later(
-    pytester: pytest.Pytester,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    qemu_device,
+#: Runs the program in argv[3] (inputs argv[4]) SME2-on through the qemu-sme2 device a session
+#: builds from ``--sme2-qemu=argv[1]``, its files under argv[2]: a runner call as a session's
+#: case makes it.
+RUN_THROUGH_QEMU = """
+import sys
+from pathlib import Path
+from pytest_sme2.devices.base import RunRequest
+from pytest_sme2.devices.qemu import QemuSme2Device
+from pytest_sme2.records.device import Variant
+from pytest_sme2.runner import Executions
+
+qemu, workdir, program, inputs = sys.argv[1:]
+device = QemuSme2Device.from_options({"sme2_qemu": qemu}.get)
+device.prepare()
+call = Path(program), Path(inputs), Executions(runs=1), Path(workdir)
+device.run(RunRequest(*call, variant=Variant.ON))
+"""
+
+
+def test_kill_9_of_the_process_in_a_long_qemu_runner_call_leaves_no_runner_5_s_later(
+    tmp_path: Path, qemu_device
 ) -> None:
+    """A session's process killed -9 runs no ``finally``: the runner it started through the
+    user's qemu (which never returns for this model) dies with it — the qemu-sme2 device's call
+    is armed like every runner call (the guard itself: the test above)."""
     marker = "3600.5736"  # each test its own: a pkill in one must not hit the other worker's
-    wrapper = hanging_qemu(tmp_path, qemu_device, marker)
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(inner_conftest("hangs"))
-    pytester.makepyfile(test_cut=INNER_TEST)
-    session = _session_until(pytester, wrapper, marker, tmp_path)
+    wrapper = hanging_qemu(tmp_path, qemu_device, marker, model=KEPT.name)
+    hangs = export_model(KEPT, "fp32")
+    files = (wrapper, tmp_path / "run", hangs.pte, hangs.inputs)
+    caller = subprocess.Popen([sys.executable, "-c", RUN_THROUGH_QEMU, *map(str, files)])
     try:
-        session.kill()
-        session.wait(timeout=60)
+        deadline = time.monotonic() + 300
+        while not _alive(marker):
+            assert caller.poll() is None, "the runner call ended"
+            assert time.monotonic() < deadline, "the runner never started"
+            time.sleep(0.5)
+        caller.kill()
+        caller.wait(timeout=60)
         assert alive_after(marker, 5) == []
     finally:
+        caller.kill()
         subprocess.run(["pkill", "-f", marker], check=False)
 
 

@@ -26,8 +26,8 @@ from pytest_sme2.export import program_files
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.verdict import Status
 from pytest_sme2.report.from_files import load_test_dir
-from tests.inner import INNER_TEST, InnerProject
-from tests.llm_programs import DEVICES, FAST, INPUTS
+from tests.inner import INNER_TEST
+from tests.llm_programs import DEVICES, FAST, INPUTS, NOT_EMULATED, PHASES, RecordedProject
 
 pytest_plugins = ["pytester"]
 
@@ -38,7 +38,17 @@ pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.xdist_group("llm-programs")
 
 
-def test_an_export_llm_program_is_recorded_then_judged_unchanged(llm_project: InnerProject) -> None:
+def test_an_export_llm_program_is_recorded_then_judged_unchanged(
+    llm_project: RecordedProject,
+) -> None:
+    # run again unchanged, every recorded case passes
+    cases = ["tiny_llama-8da4w", "tiny_llama-8da8w", "tiny_llama_ref-program"]
+    cases += [f"custom_llama_{phase}-8da4w" for phase in PHASES]
+    recorded = [f"{device}-{case}" for device in DEVICES for case in cases]
+    recorded = [case for case in recorded if NOT_EMULATED not in case]
+    assert {case: checked.failure for case, checked in llm_project.again.items()} == dict.fromkeys(
+        recorded
+    )
     host = llm_project.path / "baselines/host"
     baselines = sorted(path for path in host.iterdir() if path.name.startswith("tiny_llama"))
     assert [path.name for path in baselines] == [
@@ -69,7 +79,7 @@ def test_an_export_llm_program_is_recorded_then_judged_unchanged(llm_project: In
 
 
 def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructions(
-    llm_project: InnerProject,
+    llm_project: RecordedProject,
 ) -> None:
     """The same program emulated: instructions per inference and per operator recorded, then
     judged unchanged; SME2-on and SME2-off outputs alike.
@@ -78,9 +88,10 @@ def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructi
     KleidiAI's NEON dot-product GEMV with SME2 on too, so off ÷ on is 1.00× and no SME2 kernel
     executes — ``require_sme2_kernels`` would rightly fail it. A prefill (M > 1) is what SME2
     accelerates."""
-    manifest = llm_project.path / "artifacts/qemu-sme2/tiny_llama-8da4w/manifest.json"
-    m, verdicts = load_test_dir(manifest)
-    judged = {v.gate: v for v in verdicts}
+    again = llm_project.again["qemu-sme2-tiny_llama-8da4w"]
+    judged = {v.gate: v for v in again.verdicts}
+    m = again.measurement
+    assert m is not None
     for variant in (Variant.ON, Variant.OFF):
         assert judged[f"instructions[{variant}]"].status is Status.PASS, judged
     assert m.parity is not None and m.parity.ok and not m.parity.vacuous
@@ -92,7 +103,7 @@ def test_an_export_llm_program_on_qemu_sme2_is_recorded_then_judged_in_instructi
 
 
 def test_a_program_under_a_label_that_is_no_builtin_dtype_is_recorded_and_judged(
-    llm_project: InnerProject,
+    llm_project: RecordedProject,
 ) -> None:
     """optimum-executorch's users label their programs ``8da8w``: the label's tolerance is
     found (int8-dynamic's), so the SME2-on/off parity after the counting judges instead of
@@ -116,7 +127,7 @@ def test_a_program_under_a_label_that_is_no_builtin_dtype_is_recorded_and_judged
     ]
     measured = [record["measurement"] for record in records]
     labelled = [m["device"]["name"] for m in measured if m["dtype"] == "8da8w"]
-    assert sorted(labelled) == sorted(DEVICES * 2), labelled  # both sessions, both devices
+    assert sorted(labelled) == sorted(DEVICES), labelled  # the recording session's devices
 
 
 def test_every_label_finds_a_tolerance() -> None:
@@ -128,7 +139,7 @@ def test_every_label_finds_a_tolerance() -> None:
 
 
 def test_one_name_carries_several_dtypes_and_a_true_duplicate_names_both_files(
-    llm_project: InnerProject, llm_programs: Path, monkeypatch: pytest.MonkeyPatch
+    llm_project: RecordedProject, llm_programs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``register_program`` once per dtype under one name: a case ``tiny_llama-<dtype>`` each,
     each with its baseline; the same name and dtype for another file is refused, naming both."""

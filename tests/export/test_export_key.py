@@ -3,9 +3,9 @@
 A key of the factory's source file alone handed back the old ``.pte`` when the model's class lived
 in another module, when its width came from an environment variable or its layers from a weights
 file: the suite then measured the old program and passed (issue 9). These tests change each of
-those and check the key, then go end to end through an inner pytest session: a user project
-records its baselines, changes its model outside the file that registers it, and the next run
-must fail on the gate that sees the change, naming it.
+those and check the key, then go end to end: a user project records its baselines (on the
+objects, as its session would), changes its model outside the file that registers it, and the
+next run, an inner pytest session, must fail on the gate that sees the change, naming it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.key import artifact_key, program_fingerprint
 from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.runner.tensors import read_tensors
-
-pytest_plugins = ["pytester"]
+from tests.inner import InnerProject
+from tests.judge.host_case import host_device
+from tests.judge.project_cases import judge_cases
+from tests.session.contexts import project_settings
 
 #: A user's model class, in a module of its own: 1×1 "pre" convolutions whose kernels the factory
 #: reads from a weights file (one per tensor in it), then a body of 3×3 convolutions ``width``
@@ -288,6 +290,10 @@ import user_factory
 from pytest_sme2.export.key import artifact_key
 from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.runner.tensors import read_tensors
+from tests.inner import InnerProject
+from tests.judge.host_case import host_device
+from tests.judge.project_cases import judge_cases
+from tests.session.contexts import project_settings
 spec = ModelSpec("user_net", user_factory.user_net, user_factory.inputs, "", ("fp32",))
 print(artifact_key(spec, "fp32"))
 """
@@ -447,19 +453,17 @@ def test_model(sme2_measurement, sme2_judge):
     sme2_judge(sme2_measurement)
 """
 
-#: Few runs and a 25 % latency tolerance (50 % method init), as in test_plugin.py: these run
-#: beside another xdist worker. The latency change below is ~50× the work, far beyond any
-#: neighbour's noise.
-FAST = [
-    "-p",
-    "no:cacheprovider",
-    "--sme2-runs=20",
-    "--sme2-rounds=4",
-    "--sme2-traced-runs=2",
-    "--sme2-warmup=2",
-    "--sme2-latency-tolerance=25",
-    "--sme2-init-time-tolerance=50",
-]
+#: Few runs and a 25 % latency tolerance (50 % method init), by option dest, as in test_plugin.py:
+#: these run beside another xdist worker. The latency change below is ~50× the work, far beyond
+#: any neighbour's noise.
+FAST = {
+    "sme2_runs": "20",
+    "sme2_rounds": "4",
+    "sme2_traced_runs": "2",
+    "sme2_warmup": "2",
+    "sme2_latency_tolerance": "25",
+    "sme2_init_time_tolerance": "50",
+}
 
 #: The lines of the changed run's failures that must name each change, in the models' order.
 CHANGED = [
@@ -475,28 +479,50 @@ CHANGED = [
 ]
 
 
+def _record_on_the_objects(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's baselines, as its session under ``--sme2-update-baselines`` records them:
+    its conftest's registrations imported here (the project importable, its modules forgotten
+    afterwards), each case measured on the host and judged through ``CaseCheck`` under the
+    session's options (:data:`tests.inner.INNER_DEFAULTS`' among them)."""
+    monkeypatch.syspath_prepend(str(project))
+    for name in ("usernet", "usernet_class", "user_factory"):
+        monkeypatch.setitem(sys.modules, name, None)  # each imported afresh from the project
+        del sys.modules[name]
+    chosen = project_settings(
+        project,
+        **FAST,
+        sme2_judge_disturbed=True,
+        sme2_share_tolerance="100",
+        sme2_device="host",
+        sme2_baseline_dir=str(project / "baselines"),
+        sme2_update_baselines=True,
+    )
+    recorded = judge_cases(project, chosen, {"host": host_device()})
+    assert {case: checked.failure for case, checked in recorded.items()} == {
+        f"{name}-fp32": None for name in ("net_class", "net_weights", "net_width")
+    }
+
+
 def test_a_change_outside_the_registering_file_fails_the_next_run(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A user project records its baselines, then changes each model outside the file that
     registers it — a class in another module, a weights file, an environment variable — and
-    the next run fails each on the gate that sees its change, naming it."""
+    the next run fails each on the gate that sees its change, naming it. The recording is on
+    the objects; the run that must fail is the project's session."""
     monkeypatch.delenv("NET_WIDTH", raising=False)
-    project = pytester.path
-    _write_project(project)
-    (project / "usernet_class.py").write_text(USER_NET)
-    (project / "pre_weights.pt").write_bytes((project / "pre.pt").read_bytes())
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_suite=SUITE)
-    recorded = pytester.runpytest_subprocess(*FAST, "--sme2-update-baselines")
-    recorded.assert_outcomes(passed=3)
-    stored = sorted(path.name for path in (project / "baselines" / "host").iterdir())
+    project = InnerProject(tmp_path, CONFTEST, test_suite=SUITE)
+    _write_project(tmp_path)
+    (tmp_path / "usernet_class.py").write_text(USER_NET)
+    (tmp_path / "pre_weights.pt").write_bytes((tmp_path / "pre.pt").read_bytes())
+    _record_on_the_objects(tmp_path, monkeypatch)
+    stored = sorted(path.name for path in (tmp_path / "baselines" / "host").iterdir())
     assert stored == ["net_class-fp32.json", "net_weights-fp32.json", "net_width-fp32.json"]
 
-    (project / "usernet_class.py").write_text(USER_NET.replace(*TWO_MORE_CONVS))
-    torch.save(torch.load(project / "pre_weights.pt") * 3, project / "pre_weights.pt")
-    monkeypatch.setenv("NET_WIDTH", "64")
-    changed = pytester.runpytest_subprocess(*FAST)
+    (tmp_path / "usernet_class.py").write_text(USER_NET.replace(*TWO_MORE_CONVS))
+    torch.save(torch.load(tmp_path / "pre_weights.pt") * 3, tmp_path / "pre_weights.pt")
+    flags = [f"--{dest.replace('_', '-')}={value}" for dest, value in FAST.items()]
+    changed = project.run(*flags, env={"NET_WIDTH": "64"})
     changed.assert_outcomes(failed=3)
     changed.stdout.fnmatch_lines(CHANGED)
 

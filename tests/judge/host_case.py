@@ -9,10 +9,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_sme2.case_context import case_program
 from pytest_sme2.devices.base import Device
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec, get_model
+from pytest_sme2.export.program_files import ProgramSpec, prepare_program
 from pytest_sme2.export.reference import REFERENCE
 from pytest_sme2.judge.baseline import baseline_path
 from pytest_sme2.judge.baseline_file import read
@@ -21,8 +23,8 @@ from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.policy import Policy
 from pytest_sme2.measure.case import MeasurePlan, measure
 from pytest_sme2.measure.deadline import Deadline
-from pytest_sme2.measure.plan import CaseProgram
 from pytest_sme2.records.measurement import Measurement
+from tests.session.contexts import host_case
 
 #: A short plan: these tests judge what a measurement says, not how precisely it says it.
 PLAN = MeasurePlan(runs=6, rounds=2, warmup=1, traced_runs=2)
@@ -41,15 +43,20 @@ def toy_cnn() -> ModelSpec:
 
 
 def measure_case(
-    device: Device, spec: ModelSpec, workdir: Path, plan: MeasurePlan = PLAN
+    device: Device,
+    spec: ModelSpec | ProgramSpec,
+    workdir: Path,
+    plan: MeasurePlan = PLAN,
+    dtype: str = "fp32",
 ) -> Measurement:
-    """``spec`` fp32 measured on ``device`` under ``plan``, beside the reference workload where
-    the device's time is judged, the machine's disturbance as it was found."""
-    artifact, reference = export_model(spec, "fp32"), export_model(REFERENCE, "fp32")
-    program = CaseProgram(spec.name, "fp32", artifact.pte, artifact.inputs)
+    """``spec`` × ``dtype`` measured on ``device`` under ``plan``, beside the reference workload
+    where the device's time is judged, the machine's disturbance as it was found: exported, or a
+    registered program prepared, and taken as the session's case takes it."""
+    artifact = prepare_program(spec) if isinstance(spec, ProgramSpec) else export_model(spec, dtype)
+    reference = export_model(REFERENCE, "fp32")
     return measure(
         device,
-        program,
+        case_program(host_case(spec, dtype), artifact),
         plan,
         workdir,
         classifier=None,
@@ -71,15 +78,16 @@ def case_check(
     measure: Callable[[str], Measurement],
     *,
     model: str = "toy_cnn",
+    dtype: str = "fp32",
     threads: int = 1,
     device_id: str = "host",
     expectations: Expectations | None = None,
 ) -> CaseCheck:
-    """``model``'s fp32 case on ``threads`` threads (toy_cnn's on one by default) judged as
-    ``sme2_judge`` judges it on the device ``device_id``, against the test's ``expectations``
+    """``model``'s ``dtype`` case on ``threads`` threads (toy_cnn's fp32 on one by default) judged
+    as ``sme2_judge`` judges it on the device ``device_id``, against the test's ``expectations``
     (none by default), its baseline under ``directory``; ``measure(label)`` takes each fresh
     measurement (without a pause before confirming)."""
-    path = baseline_path(directory / "baselines", device_id, model, "fp32", threads)
+    path = baseline_path(directory / "baselines", device_id, model, dtype, threads)
     expected = expectations or Expectations()
     return CaseCheck(
         policy,

@@ -1,5 +1,5 @@
 """The guard every started process runs under: SIGKILL when the session dies, without forking
-the session (kill -9 of a real session: tests/e2e/test_faults.py)."""
+the session (kill -9 of a process in a qemu-sme2 runner call: tests/e2e/test_faults.py)."""
 
 from __future__ import annotations
 

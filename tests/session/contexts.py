@@ -39,8 +39,14 @@ def settings(root: Path, **options: Any) -> Settings:
     """The session's settings as pytest resolves them from ``options`` (by dest) over the
     defaults, on the host, the baselines under ``root``."""
     given = {**FAST, "sme2_device": "host", "sme2_baseline_dir": str(root), **options}
+    return project_settings(root, **given)
+
+
+def project_settings(root: Path, **options: Any) -> Settings:
+    """The settings of a session in the project ``root`` run with ``options`` (by dest), every
+    other option its default, as pytest resolves them."""
     defaults = {o.dest: o.default for o in OPTIONS} | {FLEET_INI: "", CATEGORY_OVERRIDES_INI: []}
-    return resolve(given.get, defaults.get, root, BUILT_IN_KINDS)
+    return resolve(options.get, defaults.get, root, BUILT_IN_KINDS)
 
 
 def host_case(spec: ModelSpec, dtype: str = "fp32") -> Case:
