@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sme2 import cli, progress
+from pytest_sme2 import cli
 from pytest_sme2.cache import cache_root
 from pytest_sme2.case_context import OUTCOME_KEY, CaseJudge, CaseMeasure, prepared_device
 from pytest_sme2.case_files import write_case_files
@@ -39,17 +39,12 @@ from tests.inner import INNER_TEST, inner_conftest
 
 pytest_plugins = ["pytester"]
 
+#: the exports and tasks each test finishes are its own (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("own_progress")
+
 REPO = Path(__file__).resolve().parents[2]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
-
-
-@pytest.fixture(autouse=True)
-def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exports a session object takes at its end are this test's, not the running session's,
-    and say nothing on its terminal."""
-    monkeypatch.setattr(progress, "_SINK", None)
-    monkeypatch.setattr(progress, "_FINISHED", [])
 
 
 @pytest.mark.skipif(

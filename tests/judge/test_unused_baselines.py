@@ -19,7 +19,6 @@ from typing import cast
 import pytest
 from _pytest.terminal import TerminalReporter
 
-from pytest_sme2 import progress
 from pytest_sme2.devices.kinds import BUILT_IN_KINDS
 from pytest_sme2.devices.spec import Platform, parse_device_specs
 from pytest_sme2.export.model_spec import ModelSpec
@@ -28,6 +27,9 @@ from pytest_sme2.session import Sme2Session
 from pytest_sme2.session_end import find_unused, whole_suite
 
 pytest_plugins = ["pytester"]
+
+#: the exports and tasks each test finishes are its own (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("own_progress")
 
 #: where ``auto`` adds the emulated device (on any machine running this test)
 X86_LINUX = Platform("Linux", "x86_64", frozenset({"avx2", "sse4_2"}))
@@ -40,14 +42,6 @@ def _never_built() -> None:
 def _spec(name: str, dtypes: tuple[str, ...] = ("fp32",)) -> ModelSpec:
     """A registered model as the suite's cases see it: its name and dtypes (never built)."""
     return ModelSpec(name, _never_built, _never_built, "a model", dtypes)
-
-
-@pytest.fixture(autouse=True)
-def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exports a session object takes at its end are this test's (none), not the running
-    session's."""
-    monkeypatch.setattr(progress, "_SINK", None)
-    monkeypatch.setattr(progress, "_FINISHED", [])
 
 
 def ended(
