@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sme2 import progress
 from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
 from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS
@@ -20,6 +21,15 @@ PLATFORM_SKIPS = Path(__file__).with_name("platform_skips.toml")
 def pytest_configure(config: pytest.Config) -> None:
     """Skips are listed or fail the session (:mod:`tests.skip_policy`)."""
     register_skip_policy(config, PLATFORM_SKIPS)
+
+
+@pytest.fixture
+def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's own progress (:mod:`pytest_sme2.progress`): the exports it finishes and the
+    tasks it runs are its own, not the running session's (whose summary must not list them),
+    and say nothing on that session's terminal."""
+    monkeypatch.setattr(progress, "_SINK", None)
+    monkeypatch.setattr(progress, "_FINISHED", [])
 
 
 @pytest.fixture(scope="session")

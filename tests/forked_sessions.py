@@ -15,8 +15,8 @@ What a forked session cannot see: whatever torch and pytest do while they are im
 import-time warnings, filters and log handlers happen in the server, once), and what an
 interpreter reads from the environment when it starts (``PYTHONWARNINGS``, ``PYTHONHASHSEED``,
 ``PYTHONDEVMODE``; torch's ``OMP_*``, ``TORCH_LOGS``): no test sets those for an inner session,
-and a test about import-time behaviour (tests/session/test_quiet.py) is marked
-``fresh_interpreter``.
+and a test about import-time behaviour (the warnings summary, tests/session/test_plugin.py) is
+marked ``fresh_interpreter``.
 """
 
 from __future__ import annotations

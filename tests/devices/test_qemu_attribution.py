@@ -10,31 +10,35 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 import models  # noqa: F401  (registers the examples)
 from pytest_sme2.analysis.attribution import instruction_trace
 from pytest_sme2.analysis.categories import is_leaf
 from pytest_sme2.analysis.profile import INSTRUCTIONS, NAMED_CATEGORIES, OTHER, profile
 from pytest_sme2.analysis.trace import Trace, read_etdump
-from pytest_sme2.cache import cache_root
 from pytest_sme2.devices.base import EVIDENCE_WARMUP, RunRequest, evidence_request
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.devices.qemu_count import count_executions
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.model_spec import get_model
+from pytest_sme2.export.model_spec import ModelSpec, get_model
+from pytest_sme2.judge.check import Checked
+from pytest_sme2.judge.moves import Tolerances
+from pytest_sme2.judge.policy import Policy
 from pytest_sme2.records.device import Variant
+from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.runner.invoke import Executions
-
-pytest_plugins = ["pytester"]
+from tests.judge.host_case import case_check, measure_case
 
 REPO = Path(__file__).resolve().parents[2]
-#: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
-CACHE = cache_root()
 
 
 def _per_operator(trace) -> dict[str, int]:
@@ -190,15 +194,6 @@ def test_instruction_shares_are_as_committed(
     assert on["Convolution"] < off["Convolution"]
 
 
-USER_CONFTEST = '''
-import os
-
-import torch
-from torch import nn
-
-from pytest_sme2 import register_model
-
-
 class Grow(nn.Module):
     """Two convolutions over the whole image: work grows with the width, operators do not."""
 
@@ -208,66 +203,61 @@ class Grow(nn.Module):
         self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
         self.fc = nn.Linear(16, 10)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
         return self.fc(y.mean(dim=(2, 3)))
 
 
-def grow(name):
-    # the model as ``name``, on images GROW_<NAME> pixels wide (default 50)
-    width = int(os.environ.get(f"GROW_{name.upper()}", "50"))
-
-    def inputs(seed):
-        return (torch.randn(1, 3, 24, width, generator=torch.Generator().manual_seed(seed)),)
-
-    @register_model(name, inputs=inputs, dtypes=("fp32",))
-    def build():
-        torch.manual_seed(0)
-        return Grow().eval()
+def _grow() -> Grow:
+    torch.manual_seed(0)
+    return Grow().eval()
 
 
-for name in ("same", "plus2", "plus6"):
-    grow(name)
-'''
+def _images(seed: int, width: int) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(1, 3, 24, width, generator=torch.Generator().manual_seed(seed)),)
 
-USER_TEST = """
-def test_model(sme2_measurement, sme2_judge):
-    sme2_judge(sme2_measurement)
-"""
+
+def grow(name: str, width: int) -> ModelSpec:
+    """The model as ``name``, on images ``width`` pixels wide."""
+    return ModelSpec(name, _grow, partial(_images, width=width), "two convolutions", ("fp32",))
 
 
 def test_a_little_more_work_fails_naming_the_variant_the_change_and_what_grew(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Three copies of one model recorded at one width; then one unchanged, one +2 % and one +6 %
     of the pixels wider, freshly exported: the unchanged one passes, the others fail naming the
-    variant, the change and the operator that grew."""
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    pytester.makeconftest(USER_CONFTEST)
-    pytester.makepyfile(test_grow=USER_TEST)
-    baselines = tmp_path / "baselines"
-    args = (
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        f"--sme2-baseline-dir={baselines}",
-    )
-    recorded = pytester.runpytest_subprocess(*args, "--sme2-update-baselines", timeout=900)
-    recorded.assert_outcomes(passed=3)
-    stored = json.loads((baselines / "qemu-sme2" / "same-fp32.json").read_text())
+    variant, the change and the operator that grew. On the objects, as a session on qemu-sme2
+    does it: the device the options build (counts read back from the store, as a session's are),
+    each case measured by ``measure`` and judged through ``CaseCheck``, recorded then judged."""
+    device = QemuSme2Device.from_options(lambda _: None)
+    device.prepare()
+
+    def judged(spec: ModelSpec, policy: Policy) -> Checked:
+        def measured(label: str) -> Measurement:
+            return measure_case(device, spec, tmp_path / spec.name / label)
+
+        checked = case_check(tmp_path, policy, measured, model=spec.name, device_id="qemu-sme2")
+        return checked.check(measured("first"))
+
+    # time is no signal under emulation, and shares are the share gate's tests' subject
+    tolerances = Tolerances(share_points=100)
+    for name in ("same", "plus2", "plus6"):
+        recorded = judged(grow(name, 50), Policy(tolerances, update=True))
+        assert recorded.failure is None, recorded.failure
+    stored = json.loads((tmp_path / "baselines" / "qemu-sme2" / "same-fp32.json").read_text())
     assert stored["variants"]["sme2-on"]["operator_instructions"]
     assert stored["variants"]["sme2-on"]["instruction_shares"]
 
-    monkeypatch.setenv("GROW_PLUS2", "51")
-    monkeypatch.setenv("GROW_PLUS6", "53")
-    result = pytester.runpytest_subprocess(*args, timeout=900)
-    result.assert_outcomes(passed=1, failed=2)  # the unchanged one never fails
-    lines = []
-    for name in ("plus2", "plus6"):
-        lines += [
-            rf".*instructions of {name}\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
+    policy = Policy(tolerances, update=False)
+    assert judged(grow("same", 50), policy).failure is None  # the unchanged one never fails
+    for name, width in (("plus2", 51), ("plus6", 53)):
+        failure = judged(grow(name, width), policy).failure
+        assert failure is not None, name
+        for said in (
+            rf"instructions of {name}\[fp32\] on qemu-sme2 \(sme2-on\) rose [\d,]+ → [\d,]+ "
             r"per inference \(\+\d+\.\d\d%\), beyond the 1% tolerance; grew: .*"
-            r"Convolution \(NHWC, PF32\) IGEMM.*",
-            rf".*instructions of {name}\[fp32\] on qemu-sme2 \(sme2-off\) rose .*",
-        ]
-    result.stdout.re_match_lines(lines, consecutive=False)
+            r"Convolution \(NHWC, PF32\) IGEMM",
+            rf"instructions of {name}\[fp32\] on qemu-sme2 \(sme2-off\) rose ",
+        ):
+            assert re.search(said, failure), failure

@@ -1,143 +1,174 @@
 """Fleets: one session over several devices (``--sme2-device=SPEC,SPEC``), every case on every
-device — pytest's wiring (xdist groups, the session's reports, a lost device failing the rest of
-its cases) is the subject, so each test is an inner session. Two qemu-sme2 vector lengths are two
-real emulated devices; two phones are two adb doubles that run the host runner for real, one of
-which is unplugged mid-session. What ``auto`` names on each kind of machine is tested on the
-parsed options (tests/devices/test_device_spec.py), a fleet's devices and their machine info on the
-objects (tests/devices/test_kinds.py)."""
+device. Two phones are two adb doubles that run the host runner for real, one of which is
+unplugged mid-session: xdist's groups and a lost device failing the rest of its cases are
+pytest's wiring, so that test is an inner session. Two qemu-sme2 vector lengths are two real
+emulated devices, measured and judged on the objects as the session's fixtures do it, and
+compared by the session report and ``sme2 compare``; ``auto``'s emulated device that cannot be
+prepared is skipped by the session object of a command line that names no device. What ``auto``
+names on each kind of machine is tested on the parsed options (tests/devices/test_device_spec.py),
+a fleet's devices and their machine info on the objects (tests/devices/test_kinds.py)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from pytest_sme2 import cli
 from pytest_sme2.cache import cache_root
-from pytest_sme2.judge.baseline_file import load
+from pytest_sme2.case_context import OUTCOME_KEY, CaseJudge, CaseMeasure, prepared_device
+from pytest_sme2.case_files import write_case_files
+from pytest_sme2.export.exporter import export_model
+from pytest_sme2.export.model_spec import registered_models
+from pytest_sme2.export.reference import REFERENCE
+from pytest_sme2.judge.baseline_file import read
+from pytest_sme2.measure.fleet import xdist_group
 from pytest_sme2.records.device import Variant
 from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.runner.build import build_runner
+from pytest_sme2.session import Sme2Session
+from pytest_sme2.settings import Case
 from tests.adb_double import install
 from tests.devices.test_device_android import _FEATURES, NO_SME2_PHONE, cpuinfo
 from tests.inner import INNER_TEST, inner_conftest
 
 pytest_plugins = ["pytester"]
 
+#: the exports and tasks each test finishes are its own (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("own_progress")
+
 REPO = Path(__file__).resolve().parents[2]
 #: Resolved at import, before pytester points HOME elsewhere: inner runs reuse the real caches.
 CACHE = cache_root()
-
-
-def _suite(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """The example suite on toy_cnn fp32 with the default device; its stdout (exit 0 asserted)."""
-    environment = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "pytest", "tests/test_suite.py", "--sme2-models=toy_cnn",
-            "--sme2-dtypes=fp32", "-p", "no:cacheprovider", "-rs", "--sme2-judge-disturbed",
-            f"--sme2-artifacts={tmp_path / 'artifacts'}", *args,
-        ],
-        cwd=REPO, capture_output=True, text=True, timeout=900, env={**environment, **(env or {})},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:]
-    return done.stdout
 
 
 @pytest.mark.skipif(
     (sys.platform, os.uname().machine) != ("linux", "x86_64"), reason="auto's x86-64 Linux fleet"
 )
 def test_a_default_device_that_cannot_be_prepared_skips_its_cases_saying_why(
-    tmp_path: Path,
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``auto`` here (x86-64, no SME2) is the host and the emulated qemu-sme2 (which devices, on
-    every kind of machine: tests/devices/test_device_spec.py; the two measured, CI's example suite);
-    a qemu that cannot be prepared skips the emulated case, saying so and how to leave it out, and
-    the host's still runs."""
-    missing = _suite(tmp_path, env={"SME2_QEMU": str(tmp_path / "no-such-qemu")})
-    assert "1 passed, 1 skipped" in missing
-    assert "qemu-sme2 could not be prepared: " in missing
-    assert "--sme2-device=auto adds the emulated SME2 device" in missing
-    assert "--sme2-device=host measures the host alone" in missing
+    every kind of machine: tests/devices/test_device_spec.py; the two measured, CI's example
+    suite): the session of a command line that names no device, whose qemu cannot be prepared,
+    skips the emulated case (``sme2_device``), saying so and how to leave it out, while the host
+    prepares for its cases."""
+    monkeypatch.delenv("PYTEST_ADDOPTS")  # this suite's inner sessions' --sme2-device=host
+    monkeypatch.setenv("SME2_QEMU", str(tmp_path / "no-such-qemu"))
+    session = Sme2Session(pytester.parseconfig())
+    host, emulated = session.settings.devices
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        prepared_device(session.fleet, emulated)
+    said = str(skipped.value)
+    assert said.startswith("qemu-sme2 could not be prepared: "), said
+    assert "--sme2-device=auto adds the emulated SME2 device" in said
+    assert "--sme2-device=host measures the host alone" in said
+    assert prepared_device(session.fleet, host).info().name == "host"
+
+
+def _judged(
+    session: Sme2Session, case: Case, node: pytest.Item, reference: tuple[Path, Path]
+) -> pytest.TestReport:
+    """``case`` measured and judged in ``node`` as the session's fixtures do it, its files
+    written as the session writes them: the test's report, carrying its outcome."""
+    device = prepared_device(session.fleet, case.device)
+    artifact = export_model(case.model, case.dtype)
+    stored = read(session.baseline_path(case), update=session.settings.update_baselines)
+    assert stored.baseline is not None, "the committed baseline of the device"
+    directory = session.artifacts_dir(case, node.path)
+    context = session.case_context(node, case, artifact, device, stored, reference, directory)
+    measured = CaseMeasure(context)
+    CaseJudge(context, context.check(measured)).check(measured(""))
+    report = pytest.TestReport(
+        node.nodeid, (str(node.path), 1, node.name), {}, "passed", None, "call"
+    )
+    outcome = write_case_files(
+        node.stash[OUTCOME_KEY],
+        report,
+        config=session.config,
+        settings=session.settings,
+        trends=None,
+    )
+    report.sme2_outcome = outcome.to_json()
+    return report
 
 
 def test_a_qemu_fleet_of_two_vector_lengths_runs_each_case_once_per_device(
+    pytester: pytest.Pytester,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The issue's command, against the committed baselines of both devices."""
-    junit, artifacts = tmp_path / "junit.xml", tmp_path / "artifacts"
+    """The issue's command (``--sme2-device=qemu-sme2:vl=32,qemu-sme2:vl=64``) against the
+    committed baselines of both devices, on the objects: the session object of that command
+    line, each case measured and judged as its fixtures do it (the case's context, ``sme2_measure``,
+    ``sme2_judge``), its files written, its report handed to the session, the session ended; then
+    ``sme2 compare`` over the two run directories."""
+    import models  # noqa: F401  (registers the examples)
+
     fleet = "qemu-sme2:vl=32,qemu-sme2:vl=64"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/test_suite.py",
+    artifacts = tmp_path / "artifacts"
+    session = Sme2Session(
+        pytester.parseconfig(
             f"--sme2-device={fleet}",
             "--sme2-models=toy_cnn",
             "--sme2-dtypes=fp32",
-            "-n",
-            "2",
-            "-p",
-            "no:cacheprovider",
+            f"--sme2-baseline-dir={REPO / 'baselines'}",
             f"--sme2-artifacts={artifacts}",
-            f"--junitxml={junit}",
-            f"--html={tmp_path / 'report.html'}",
-            "--self-contained-html",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        )
     )
-    assert done.returncode == 0, done.stdout[-3000:]
-    names = sorted(case.get("name") for case in ET.parse(junit).iter("testcase"))
-    assert names == [
-        "test_model[qemu-sme2:vl=32-toy_cnn-fp32]",
-        "test_model[qemu-sme2:vl=64-toy_cnn-fp32]",
+    cases = session.settings.cases(registered_models())
+    # an emulated device's cases may spread over xdist's workers: neither is a group
+    assert [xdist_group(case.device) for case in cases] == [None, None]
+    assert [case.id for case in cases] == [
+        "qemu-sme2:vl=32-toy_cnn-fp32",
+        "qemu-sme2:vl=64-toy_cnn-fp32",
     ]
+    reference = export_model(REFERENCE, "fp32")
+    for case in cases:
+        node = pytest.Function.from_parent(
+            request.node.parent, name=f"test_model[{case.id}]", callobj=request.function
+        )
+        session.pytest_runtest_logreport(
+            _judged(session, case, node, (reference.pte, reference.inputs))
+        )
+    session.pytest_sessionfinish(pytest.Session.from_config(session.config), pytest.ExitCode.OK)
+
     counts = {}
     for spec in fleet.split(","):
         folder = spec.replace(":", "@")
-        assert load(REPO / "baselines" / folder / "toy_cnn-fp32.json") is not None
         m, _ = load_test_dir(artifacts / folder / "toy_cnn-fp32" / "manifest.json")
         assert m.device.name == spec
         counts[spec] = m.variants[Variant.ON].evidence.instructions
     # SME2 kernels step through the matrix by the vector length: half of it, more instructions
     assert counts["qemu-sme2:vl=32"] > counts["qemu-sme2:vl=64"], counts
     # one report compares them: the session report.md and the HTML report, a row per device
-    report = (artifacts / "report.md").read_text()
+    assert session.written == artifacts / "report.md"
+    report = session.written.read_text()
     across = report.split("## Across devices", 1)[1].split("\n\n#", 1)[0]
     for spec in counts:
         (row,) = [line for line in across.splitlines() if f"| {spec} " in line]
         assert "instruction ratio" in row and "M instr" in row, row
-    page = (tmp_path / "report.html").read_text()
-    fleet = page.split("SME2 across devices", 1)[1].split("</table>", 1)[0]
-    assert all(spec in fleet for spec in counts) and "instruction ratio" in fleet
+    summary: list[str] = []
+    session.pytest_html_results_summary(summary)
+    table = "".join(summary).split("SME2 across devices", 1)[1].split("</table>", 1)[0]
+    assert all(spec in table for spec in counts) and "instruction ratio" in table
     # and `sme2 compare` over two run directories, one per device
     one, other = (artifacts / spec.replace(":", "@") for spec in counts)
-    compared = subprocess.run(
-        [sys.executable, "-m", "pytest_sme2.cli", "compare", str(one), str(other)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    capsys.readouterr()
+    assert cli.main(["compare", str(one), str(other)]) == 0
+    compared = capsys.readouterr().out
     assert compared.startswith("# SME2 across devices")
     rows = [line for line in across.splitlines() if line.startswith("| toy_cnn")]
     assert len(rows) == 2
     assert [line for line in compared.splitlines() if line.startswith("| toy_cnn")] == rows
-    alone = subprocess.run(
-        [sys.executable, "-m", "pytest_sme2.cli", "compare", str(one), str(one)],
-        capture_output=True,
-        text=True,
-    )
-    assert alone.returncode == 2
-    assert "both hold runs of qemu-sme2:vl=32 only" in alone.stderr
+    assert cli.main(["compare", str(one), str(one)]) == 2
+    assert "both hold runs of qemu-sme2:vl=32 only" in capsys.readouterr().err
 
 
 TIMELINE_CONFTEST = """

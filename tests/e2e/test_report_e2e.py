@@ -1,7 +1,9 @@
 """End to end: an inner pytest measures a tiny real model with ``--html --self-contained-html``,
 then headless Chromium opens the report and says whether every chart rendered and the tables
 are there. This is what a reviewer sees when CI fails. Two sessions: a fleet (the host and
-qemu-sme2), and an xdist session from a cold export cache with an expected failure."""
+qemu-sme2), and an xdist session from an empty cache with an expected failure, which also shows
+what its workers share (each export and the runner's build made once) and find (a removed model's
+baseline, removed)."""
 
 from __future__ import annotations
 
@@ -277,44 +279,70 @@ def report_broken():
 )
 
 
-def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_does(
+def test_an_xdist_session_from_an_empty_cache_shares_its_work_and_says_what_it_did(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """Under xdist, from an empty export cache, with DEBUG log capture: the worker's progress
-    lines reach the session's output, the summary lists the exports' stages, and the report
-    shows the xfailed case's one-line reason — not the fixture's source, nor a library's logs."""
+    """From an empty cache, two workers that each run every case (``--dist each``), with DEBUG
+    log capture, over the whole suite under --sme2-update-baselines: each model is exported once
+    and the runner built once, both workers measuring on them; the workers' progress lines reach
+    the session's output, and the summary lists the exports' stages; the controller, which
+    collected nothing, writes the history page of what its workers judged; both workers find a
+    removed model's baseline, and the controller says it was removed (another thread count's
+    file stays); the report shows the xfailed case's one-line reason — not the fixture's source,
+    nor a library's logs."""
     browser = chromium()
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "runner").symlink_to(CACHE / "runner")  # built once per machine; exports cold
-    monkeypatch.setenv("SME2_CACHE_DIR", str(cache))
-    result, artifacts = report_session(
-        pytester,
-        tmp_path,
-        BROKEN_CONFTEST,
+    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))
+    pytester.makeconftest(BROKEN_CONFTEST)
+    pytester.makepyfile(test_tiny=INNER_TEST)
+    host = pytester.path / "baselines" / "host"
+    host.mkdir(parents=True)
+    gone, two_threads = host / "report_gone-fp32.json", host / "report_tiny-fp32-t2.json"
+    for path in (gone, two_threads):
+        path.write_text("{}")
+    result = pytester.runpytest_subprocess(
+        *FEW_RUNS,
         "-n",
-        "1",
+        "2",
+        "--dist",
+        "each",
         "--log-level=DEBUG",
-        "--sme2-models=report_tiny,report_broken",
+        "--sme2-update-baselines",
         "--sme2-history=history",
+        "--html=report.html",
+        "--self-contained-html",
+        timeout=900,
     )
-    result.assert_outcomes(passed=1, xfailed=1)
+    result.assert_outcomes(passed=2, xfailed=2)
     reason = (
         "export of report_broken[fp32] failed at build model: "
         "ValueError: this factory is broken on purpose"
     )
+    out = result.stdout.str()
 
-    # Progress: the worker's timestamped lines, from the start of each export to its stages.
+    # Exports and builds: the slowest steps, by kind and subject ("export report_tiny[fp32]",
+    # "build host runner"); each export and build (seconds) ranks above a worker's check of the
+    # numerics of an export the other made (0.1 s), so one made twice would show here.
+    done = out.split("pytest-sme2 slowest exports and builds", 1)[1].splitlines()
+    (total,) = [line for line in done if " in all, " in line]
+    # [0]: the header. A factory that raises has no key to record its failure under (a one-off
+    # key, ``export.key.keyed_by_its_build``): each worker calls it again, in no time.
+    listed = done[1 : done.index(total)]
+    ran = [tuple(line.split(" ")[:2]) for line in listed if " (failed): " not in line]
+    assert len(ran) == len(set(ran)), ran  # nothing ran twice
+    assert {("build", "host"), ("export", "report_tiny[fp32]")} <= set(ran), out[-3000:]
+    assert host.joinpath("report_tiny-fp32.json").is_file()  # both workers measured, recorded
+
+    # Progress: a worker's timestamped lines, from the start of each export to its stages.
     stamp = "[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"
     result.stderr.fnmatch_lines(
         [
-            f"[[]gw0[]] pytest-sme2 {stamp} export report_tiny[[]fp32[]] started",
-            f"[[]gw0[]] pytest-sme2 {stamp} export report_tiny[[]fp32[]] * s: build model *, "
+            f"[[]gw?[]] pytest-sme2 {stamp} export report_tiny[[]fp32[]] started",
+            f"[[]gw?[]] pytest-sme2 {stamp} export report_tiny[[]fp32[]] * s: build model *, "
             "torch.export *, lower *, to_executorch *, serialize *, etrecord *, numerics *",
         ]
     )
     result.stderr.fnmatch_lines(
-        [f"[[]gw0[]] pytest-sme2 {stamp} export report_broken[[]fp32[]] * s (failed): build*"]
+        [f"[[]gw?[]] pytest-sme2 {stamp} export report_broken[[]fp32[]] * s (failed): build*"]
     )
     result.stdout.fnmatch_lines(
         [
@@ -323,14 +351,22 @@ def test_an_expected_failure_reads_as_its_reason_and_a_cold_export_says_what_it_
             "* in all, * s (summed over processes)",
         ]
     )
-    # the controller, which collected nothing, writes the history page of what its worker judged
+    # the controller, which collected nothing, writes the history page of what its workers judged
     result.stdout.fnmatch_lines([f"pytest-sme2 history page: {Path('history') / 'index.html'}"])
     assert (pytester.path / "history" / "index.html").is_file()
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-sme2 unused baselines*",
+            "unused baselines removed *",
+            "    */report_gone-fp32.json",
+        ]
+    )
+    assert not gone.exists() and two_threads.exists()
 
-    # report.md: the unmeasured case, its outcome and reason.
-    session = (artifacts / "report.md").read_text()
+    # report.md (beside the artifacts of a worker's basetemp): the unmeasured case, its reason.
+    (written,) = re.findall(r"^pytest-sme2 session report: (.*)$", out, flags=re.M)
+    session = (pytester.path / written).read_text()
     assert "## Not measured" in session
-    # (under xdist's loadgroup the node id ends in its group, @host)
     case = r"test_tiny.py::test_model\[report_broken-fp32\]\S*"
     row = rf"\| {case} \| xfailed \| {re.escape(reason)} \|"
     assert re.search(row, session), session[session.index("## Not measured") :]

@@ -1,31 +1,73 @@
 """Baselines no case of the suite uses any more: listed at the end of a session over the whole
 suite, removed under ``--sme2-update-baselines`` (``judge.unused_baselines``, ``Sme2Session``),
-and left alone by a session that runs a subset of the cases, which cannot know."""
+and left alone by a session that runs a subset of the cases, which cannot know.
+
+On the objects: the session object of a configuration pytest parsed from each command line, its
+cases those of the suite's registered models, ended as pytest ends it (``pytest_sessionfinish``)
+and asked what its terminal summary says. The session's wiring — each xdist worker finding and
+removing, the controller saying what they found — is the session from an empty cache in
+tests/e2e/test_report_e2e.py.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
+import io
+from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
+from _pytest.terminal import TerminalReporter
 
-from pytest_sme2.cache import cache_root
+from pytest_sme2.devices.kinds import BUILT_IN_KINDS
+from pytest_sme2.devices.spec import Platform, parse_device_specs
+from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.judge.unused_baselines import UnusedBaselines, settle_unused, unused_baselines
-from tests.session.test_plugin import CONFTEST, run
+from pytest_sme2.session import Sme2Session
+from pytest_sme2.session_end import find_unused, whole_suite
 
 pytest_plugins = ["pytester"]
 
-#: the real export cache, resolved before pytester points HOME elsewhere: inner sessions reuse it
-CACHE = cache_root()
+#: the exports and tasks each test finishes are its own (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("own_progress")
 
-#: a test of every case that measures nothing: the sessions after the first only collect cases
-CASES_ONLY = """
-def test_case(sme2_case, sme2_baseline_path):
-    assert sme2_baseline_path.exists()
-"""
+#: where ``auto`` adds the emulated device (on any machine running this test)
+X86_LINUX = Platform("Linux", "x86_64", frozenset({"avx2", "sse4_2"}))
 
-LISTED = "unused baselines (no collected case uses them;*"
+
+def _never_built() -> None:
+    raise AssertionError("finding unused baselines builds no model")
+
+
+def _spec(name: str, dtypes: tuple[str, ...] = ("fp32",)) -> ModelSpec:
+    """A registered model as the suite's cases see it: its name and dtypes (never built)."""
+    return ModelSpec(name, _never_built, _never_built, "a model", dtypes)
+
+
+def ended(
+    pytester: pytest.Pytester,
+    *args: str,
+    registered: tuple[ModelSpec, ...],
+    exitstatus: pytest.ExitCode = pytest.ExitCode.OK,
+    deselected: bool = False,
+) -> Sme2Session:
+    """The session object of ``pytest *args`` in ``pytester``'s directory that collected the
+    cases of ``registered`` (some deselected, where ``deselected``), ended with ``exitstatus``."""
+    session = Sme2Session(pytester.parseconfig(*args))
+    session.cases = {case.id: case for case in session.settings.cases(registered)}
+    if deselected:  # pytest hands the hook the items deselected: only whether any were counts
+        session.pytest_deselected([cast(pytest.Item, "test_suite.py::test_model[plug_a-fp32]")])
+    finished = pytest.Session.from_config(session.config)
+    finished.exitstatus = exitstatus
+    session.pytest_sessionfinish(finished, exitstatus)
+    return session
+
+
+def said(session: Sme2Session) -> str:
+    """What the session's terminal summary says."""
+    out = io.StringIO()
+    session.pytest_terminal_summary(TerminalReporter(session.config, out))
+    return out.getvalue()
 
 
 def test_only_this_sessions_thread_counts_and_unused_files_are_found(tmp_path):
@@ -69,65 +111,84 @@ def test_what_two_workers_found_is_one_finding():
 
 
 def test_a_removed_models_baseline_is_listed_then_removed_by_a_whole_suite_update(
-    pytester, monkeypatch
-):
-    """Sessions over the suite's cases (a test that measures nothing): listed by a session over
-    the whole suite, kept by one over a subset and by one that named its test file, removed by an
-    update over the whole suite — on two xdist workers, each of which finds it."""
-    monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))
-    # plug_b is no longer registered; its baseline and plug_a's are on disk
-    pytester.makeconftest(CONFTEST.format(size=48).split('@register_model("plug_b"')[0])
-    pytester.makepyfile(test_suite=CASES_ONLY)
+    pytester: pytest.Pytester,
+) -> None:
+    """plug_b is no longer registered; its baseline and plug_a's are on disk, and one of plug_a
+    at two threads (another session's, ``--sme2-threads=2``). A session over the whole suite lists
+    plug_b's; one over a subset (its models or dtypes chosen, tests deselected) finds nothing;
+    one that named its test file, or was only collecting, or was interrupted, removes nothing;
+    an update over the whole suite removes it, and only it."""
     host = pytester.path / "baselines" / "host"
     host.mkdir(parents=True)
     gone, kept = host / "plug_b-fp32.json", host / "plug_a-fp32.json"
-    two_threads = host / "plug_a-fp32-t2.json"  # another session's (--sme2-threads=2)
+    two_threads = host / "plug_a-fp32-t2.json"
     for path in (gone, kept, two_threads):
-        path.write_text("{}")  # the cases only ask for their path
+        path.write_text("{}")
+    suite = (_spec("plug_a"),)
 
-    listed = run(pytester)
-    listed.assert_outcomes(passed=1)
-    listed.stdout.fnmatch_lines(["*pytest-sme2 unused baselines*", LISTED, "    */plug_b-*"])
-    assert "plug_a-fp32" not in listed.stdout.str()
+    listed = ended(pytester, registered=suite)
+    assert listed.unused == UnusedBaselines((gone,), removed=False)
+    summary = said(listed)
+    assert "pytest-sme2 unused baselines" in summary
+    assert "unused baselines (no collected case uses them; --sme2-update-baselines over" in summary
+    assert "    baselines/host/plug_b-fp32.json" in summary and "plug_a-fp32" not in summary
+
+    for subset in (("--sme2-models=plug_a",), ("--sme2-dtypes=fp32",), ("-k", "plug_a")):
+        session = ended(pytester, *subset, "--sme2-update-baselines", registered=suite)
+        assert session.unused is None, subset
+        assert "unused baselines" not in said(session)
+    deselected = ended(pytester, "--sme2-update-baselines", registered=suite, deselected=True)
+    assert deselected.unused is None
     assert gone.exists()
-
-    subset = run(pytester, "--sme2-models=plug_a", "--sme2-update-baselines")
-    subset.assert_outcomes(passed=1)
-    assert "unused baselines" not in subset.stdout.str() and gone.exists()
 
     # naming the test file: a module that registers models may be left out, so nothing goes
-    named = run(pytester, "test_suite.py", "--sme2-update-baselines")
-    named.assert_outcomes(passed=1)
-    named.stdout.fnmatch_lines(
-        ["unused baselines, not removed *without file arguments removes them):", "    */plug_b-*"]
-    )
+    named = ended(pytester, "test_suite.py", "--sme2-update-baselines", registered=suite)
+    assert named.unused == UnusedBaselines((gone,), removed=False, withheld=True)
+    assert "unused baselines, not removed (no collected case uses them, but" in said(named)
+    for stopped in (
+        ended(pytester, "--sme2-update-baselines", "--collect-only", registered=suite),
+        ended(
+            pytester,
+            "--sme2-update-baselines",
+            registered=suite,
+            exitstatus=pytest.ExitCode.INTERRUPTED,
+        ),
+    ):
+        assert stopped.unused == UnusedBaselines((gone,), removed=False)
     assert gone.exists()
 
-    removed = run(pytester, "--sme2-update-baselines", "-n", "2")
-    removed.assert_outcomes(passed=1)
-    removed.stdout.fnmatch_lines(
-        ["*pytest-sme2 unused baselines*", "unused baselines removed *", "    */plug_b-fp32.json"]
-    )
+    removed = ended(pytester, "--sme2-update-baselines", registered=suite)
+    assert removed.unused == UnusedBaselines((gone,), removed=True)
+    summary = said(removed)
+    assert "unused baselines removed (no case of the suite uses them any more):" in summary
+    assert "    baselines/host/plug_b-fp32.json" in summary
     assert not gone.exists() and kept.exists() and two_threads.exists()
 
 
-@pytest.mark.skipif(
-    (sys.platform, os.uname().machine) != ("linux", "x86_64"), reason="auto's x86-64 Linux fleet"
-)
-def test_auto_leaves_the_emulated_devices_other_dtypes_alone(pytester):
-    """``auto`` runs qemu-sme2 for each model's headline dtype only, a subset as under
-    ``--sme2-dtypes``: an update over the whole suite neither lists nor removes the others."""
-    pytester.makeconftest(
-        CONFTEST.format(size=48).replace('dtypes=("fp32",)', 'dtypes=("fp32", "int8")')
-    )
-    pytester.makepyfile(test_suite=CASES_ONLY)
+def test_auto_leaves_the_emulated_devices_other_dtypes_alone(pytester: pytest.Pytester) -> None:
+    """``auto`` on x86-64 Linux runs qemu-sme2 for each model's headline dtype only, a subset as
+    under ``--sme2-dtypes``: an update over the whole suite neither lists nor removes the
+    others."""
     for device in ("host", "qemu-sme2"):
         folder = pytester.path / "baselines" / device
         folder.mkdir(parents=True)
         for name in ("plug_a", "plug_b"):
             for dtype in ("fp32", "int8"):
                 (folder / f"{name}-{dtype}.json").write_text("{}")
-    result = run(pytester, "--sme2-device=auto", "--sme2-update-baselines")
-    result.assert_outcomes(passed=6)  # host: 2 models × 2 dtypes; qemu-sme2: 2 models × fp32
-    assert "unused baselines" not in result.stdout.str()
+    config = pytester.parseconfig("--sme2-update-baselines")
+    auto = parse_device_specs("auto", BUILT_IN_KINDS, platform=X86_LINUX)
+    settings = replace(Sme2Session(config).settings, devices=auto)
+    suite = (_spec("plug_a", ("fp32", "int8")), _spec("plug_b", ("fp32", "int8")))
+    cases = settings.cases(suite)
+    # host: 2 models × 2 dtypes; qemu-sme2: 2 models × fp32
+    assert sorted(case.id for case in cases) == [
+        "host-plug_a-fp32",
+        "host-plug_a-int8",
+        "host-plug_b-fp32",
+        "host-plug_b-int8",
+        "qemu-sme2-plug_a-fp32",
+        "qemu-sme2-plug_b-fp32",
+    ]
+    assert whole_suite(settings, config, deselected=False)
+    assert find_unused(settings, cases, config, pytest.ExitCode.OK).paths == ()
     assert (pytester.path / "baselines" / "qemu-sme2" / "plug_b-int8.json").exists()

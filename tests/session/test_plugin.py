@@ -1,16 +1,24 @@
-"""The plugin's wiring into pytest, through pytester: inner pytest sessions (each forked or a new
-interpreter) for what only a session shows — the options and their help, collection errors, the
-exit status, what reaches junit, pytest-benchmark and the terminal, xdist's workers. What a test
-of a case measures and judges is tested on the objects (tests/session/)."""
+"""The plugin's wiring into pytest: its options and their ini twins on a configuration pytest
+parsed, and inner pytest sessions (each forked, or a new interpreter) for what only a session
+shows — a bad option value and marker mistakes as collection errors and the exit status, and what
+a judged session hands to junit, pytest-benchmark, the terminal and the warnings summary. xdist's
+workers sharing exports and builds: the session from an empty cache in
+tests/e2e/test_report_e2e.py. What a test of a case measures and judges is tested on the objects
+(tests/session/)."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
 import shutil
 import subprocess
 
 import pytest
+
+from pytest_sme2.settings import OPTIONS
+from tests.inner import REPO, SMALL_MODEL
 
 pytest_plugins = ["pytester"]
 
@@ -18,7 +26,7 @@ CONFTEST = """
 import torch
 from pytest_sme2 import register_model
 
-SIZE = {size}
+SIZE = 48
 
 def _inputs(seed):
     g = torch.Generator().manual_seed(seed)
@@ -66,85 +74,113 @@ FAST = [
 ]
 
 
-def make_suite(pytester: pytest.Pytester, *, size: int = 48, marker: str = "") -> None:
-    pytester.makeconftest(CONFTEST.format(size=size))
-    pytester.makepyfile(test_suite=SUITE.format(marker=marker))
+def make_suite(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=SUITE.format(marker=""))
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *FAST, *args)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *FAST, *args, timeout=900)
 
 
-def test_help_lists_every_option_in_its_group(pytester):
-    result = pytester.runpytest_subprocess("--help")
-    out = result.stdout.str()
-    assert "pytest-sme2 (SME2 profiling regression tests):" in out
-    for flag in (
-        "--sme2-device",
-        "--sme2-runs",
-        "--sme2-warmup",
-        "--sme2-threads",
-        "--sme2-models",
-        "--sme2-dtypes",
-        "--sme2-baseline-dir",
-        "--sme2-update-baselines",
-        "--sme2-strict",
-        "--sme2-artifacts",
-        "--sme2-init-time-tolerance",
-        "--sme2-memory-tolerance",
-    ):
-        assert flag in out
-    assert "sme2_runs (string):" in out  # each option has an ini twin
+def test_every_option_is_in_the_plugins_help_group_with_its_ini_twin(
+    pytester: pytest.Pytester,
+) -> None:
+    """What ``pytest --help`` prints, from the parser pytest built for this directory: every
+    ``--sme2-*`` option (the device kinds' own among them) in the plugin's group, and each one's
+    ini key of the same name, of its kind and default."""
+    parser = pytester.parseconfig()._parser  # pytest's Parser: --help prints its two parts
+    grouped = {name for option in parser.getgroup("sme2").options for name in option.names()}
+    assert {option.flag for option in OPTIONS} | {"--sme2-qemu", "--sme2-adb"} <= grouped
+    shown = parser.optparser.format_help()
+    section = shown.split("pytest-sme2 (SME2 profiling regression tests):\n", 1)[1]
+    section = section.split("\n\n", 1)[0]  # up to the next group
+    for option in OPTIONS:
+        assert f"  {option.flag}" in section, option.flag
+        _, kind, default = parser._inidict[option.dest]
+        assert (kind, default) == ("bool" if option.kind == "bool" else "string", option.default)
 
 
-def test_unrelated_tests_run_whatever_the_sme2_options_say(pytester):
-    pytester.makepyfile("def test_plain():\n    assert 1 + 1 == 2\n")
-    result = pytester.runpytest_subprocess("--sme2-device=no-such-device", "--sme2-runs=oops")
-    result.assert_outcomes(passed=1)
-
-
-def test_bad_option_values_are_usage_errors_naming_the_option(pytester):
+def test_a_bad_option_value_fails_the_sme2_tests_in_one_line_and_not_the_others(
+    pytester: pytest.Pytester,
+) -> None:
+    """A test that uses no sme2 fixture runs whatever the options say (the settings are resolved
+    by the first sme2 test, not before); the sme2 tests' module is a collection error saying the
+    option and its value, once in the errors section and once in the summary, no traceback."""
     make_suite(pytester)
-    result = pytester.runpytest_subprocess("--sme2-dtypes=fp64")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("--sme2-dtypes=fp64", "--continue-on-collection-errors")
+    result.assert_outcomes(passed=1, errors=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
+    assert "ERROR collecting test_suite.py" in out
     assert "--sme2-dtypes names unknown dtype(s) ['fp64']; known: ['fp32', 'fp16'" in out
-    assert (
-        out.count("names unknown dtype") == 2
-    )  # the error section and the summary line, once each
+    assert out.count("names unknown dtype") == 2  # the error section and the summary line
     assert "Traceback" not in out
 
 
-def test_a_judged_session_reports_through_pytest_junit_and_pytest_benchmark(pytester, monkeypatch):
+#: A model whose factory warns (the user's own warning), its weights seeded afresh each session so
+#: that the session exports it instead of reading the cache: a cached program raises nothing.
+NOISY = (
+    SMALL_MODEL
+    + """
+
+import os
+import warnings
+
+
+@register_model("noisy", inputs=small_inputs, dtypes=("fp32",))
+def noisy():
+    warnings.warn("the user's own warning about their model", UserWarning, stacklevel=1)
+    torch.manual_seed(int(os.environ["NOISY_SEED"]))
+    return Small().eval()
+"""
+)
+
+TRACE_AND_COMPARISON = """
+def test_trace(sme2_trace, sme2_case):
+    assert sme2_case.id in ("plug_a-fp32", "noisy-fp32")
+    assert len(sme2_trace.runs) == 2 + 2  # --sme2-traced-runs plus --sme2-warmup
+    assert all(run.events[0].name == "Method::execute" for run in sme2_trace.runs)
+
+def test_comparison(sme2_comparison):
+    raise AssertionError("a host without SME2 has no on/off pair to compare")
+"""
+
+
+@pytest.mark.fresh_interpreter  # what the libraries warn while imported reaches it as a user's
+def test_a_judged_session_reports_through_junit_benchmark_the_terminal_and_the_warnings_summary(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One session of what pytest's own wiring carries: a missing baseline written under
     --sme2-update-baselines (the junit property and the terminal's list of baselines written),
     the session report, the trace and comparison fixtures (skipped with the device's reason),
-    and pytest-benchmark's JSON, which its own ``compare`` reads."""
+    pytest-benchmark's JSON, which its own ``compare`` reads; and, from a new interpreter that
+    exports a model whose factory warns, that warning in the warnings summary while those torch,
+    executorch and torchao raise as they are imported and export (160 of them once filled the
+    emulated suite's summary) go to the log file only."""
     # pytest-benchmark switches itself off when it sees an xdist worker's environment, which the
     # inner session inherits when this test itself runs under -n.
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    make_suite(pytester)
-    pytester.makepyfile(
-        test_fixtures="""
-        def test_trace(sme2_trace, sme2_case):
-            assert sme2_case.id == "plug_a-fp32"
-            assert len(sme2_trace.runs) == 2 + 2  # --sme2-traced-runs plus --sme2-warmup
-            assert all(run.events[0].name == "Method::execute" for run in sme2_trace.runs)
-
-        def test_comparison(sme2_comparison):
-            raise AssertionError("a host without SME2 has no on/off pair to compare")
-        """
-    )
+    monkeypatch.setenv("NOISY_SEED", str(random.randrange(2**31)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
+    pytester.makeconftest(CONFTEST + NOISY)
+    pytester.makepyfile(test_suite=SUITE.format(marker=""), test_fixtures=TRACE_AND_COMPARISON)
+    log = pytester.path / "session.log"
     result = run(
         pytester,
-        "--sme2-models=plug_a",
+        "--sme2-models=plug_a,noisy",
         "--sme2-update-baselines",
         "--sme2-artifacts=artifacts",
         "--junitxml=j.xml",
         "--benchmark-json=bench.json",
         "-rs",
+        "-W",
+        "default",
+        f"--log-file={log}",
+        "--log-file-level=INFO",
     )
-    result.assert_outcomes(passed=2, skipped=1)
+    result.assert_outcomes(passed=4, skipped=2)
     out = result.stdout.str()
     assert "has no SME2" in out  # the comparison's skip, with the device's reason
     result.stdout.fnmatch_lines(
@@ -164,6 +200,13 @@ def test_a_judged_session_reports_through_pytest_junit_and_pytest_benchmark(pyte
     assert changes, "each change written into the baseline is a junit property"
     stored = json.loads((pytester.path / "baselines" / "host" / "plug_a-fp32.json").read_text())
     assert stored["model"] == "plug_a" and stored["variants"]["sme2-off"]["operators"]
+
+    summary = out[out.index("warnings summary") :] if "warnings summary" in out else ""
+    assert "the user's own warning about their model" in summary, out
+    for library in ("site-packages/executorch", "site-packages/torch", "site-packages/torchao"):
+        assert library not in summary, summary
+    logged = log.read_text()
+    assert "pytest_sme2.libraries" in logged and "site-packages/executorch" in logged, logged
 
     doc = json.loads((pytester.path / "bench.json").read_text())
     (entry,) = [b for b in doc["benchmarks"] if b["group"] == "sme2:plug_a-fp32"]
@@ -189,30 +232,6 @@ def test_a_judged_session_reports_through_pytest_junit_and_pytest_benchmark(pyte
     assert "test_model[plug_a-fp32][sme2-off]" in compare.stdout
 
 
-def test_xdist_two_workers_share_exports_and_builds(pytester, monkeypatch, tmp_path):
-    """From an empty cache, two workers that each run both cases (``--dist each``): each model
-    is exported once and the runner built once (the summary of the session's exports and builds
-    counts every one that ran, on any worker); both workers measure on them."""
-    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))
-    make_suite(pytester)
-    result = run(pytester, "-n", "2", "--dist", "each", "--sme2-update-baselines")
-    result.assert_outcomes(passed=4)
-    assert sorted(p.name for p in (pytester.path / "baselines" / "host").iterdir()) == [
-        "plug_a-fp32.json",
-        "plug_b-fp32.json",
-    ]
-    out = result.stdout.str()
-    done = out.split("pytest-sme2 slowest exports and builds", 1)[1].splitlines()
-    (total,) = [line for line in done if " in all, " in line]
-    # the slowest steps, by kind and subject ("export plug_a[fp32]", "build host runner"): every
-    # export and build (seconds each) ranks above a worker's check of the numerics of an export
-    # the other made (0.1 s, "numerics plug_a[fp32]"), so an export made twice would show here
-    ran = [tuple(line.split(" ")[:2]) for line in done[1 : done.index(total)]]  # [0]: the header
-    assert len(ran) == len(set(ran)), ran  # nothing ran twice
-    assert ("build", "host") in ran, out[-3000:]
-    assert {("export", "plug_a[fp32]"), ("export", "plug_b[fp32]")} <= set(ran), ran
-
-
 def test_marker_mistakes_are_collection_errors_before_anything_is_exported(
     pytester, monkeypatch, tmp_path
 ):
@@ -222,7 +241,7 @@ def test_marker_mistakes_are_collection_errors_before_anything_is_exported(
     cache = tmp_path / "cache"
     monkeypatch.setenv("SME2_CACHE_DIR", str(cache))
     pytester.makeconftest(
-        CONFTEST.format(size=48).replace(
+        CONFTEST.replace(
             '@register_model("plug_b", inputs=_inputs, dtypes=("fp32",))',
             '@register_model("plug_b", inputs=_inputs, dtypes=("fp32",), '
             'expect={"*": {"max_share": {"Convolution": "all"}}})',

@@ -15,15 +15,10 @@ from pytest_sme2 import progress
 from pytest_sme2.progress import Finished
 from pytest_sme2.report.terminal import slowest_lines
 
+#: the tasks each test runs are its own (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("own_progress")
+
 STAMP = r"\d\d:\d\d:\d\d"
-
-
-@pytest.fixture(autouse=True)
-def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This test's tasks and sink, apart from the progress of the session running it (its
-    summary must not list them; its lines must keep going where they went)."""
-    monkeypatch.setattr(progress, "_SINK", None)
-    monkeypatch.setattr(progress, "_FINISHED", [])
 
 
 @pytest.fixture

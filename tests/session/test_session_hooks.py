@@ -24,13 +24,8 @@ from tests.measurements import HOST, counted_measurement, measurement
 
 pytest_plugins = ["pytester"]
 
-
-@pytest.fixture(autouse=True)
-def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exports finished here are this test's, not the session's running it, and say
-    nothing on its terminal."""
-    monkeypatch.setattr(progress, "_SINK", None)
-    monkeypatch.setattr(progress, "_FINISHED", [])
+#: the exports and tasks each test finishes are its own (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("own_progress")
 
 
 def session_of(pytester: pytest.Pytester, *args: str) -> Sme2Session:
