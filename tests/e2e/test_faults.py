@@ -325,7 +325,7 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
         # worker's report arrives after the case ends) and hangs's runner runs
         while not (_said_passed(output, "test_model[fine-fp32]") and _alive(marker)):
             assert session.poll() is None, "".join(output)
-            assert time.monotonic() < deadline, "the session never reached both cases"
+            assert time.monotonic() < deadline, "never reached both cases:\n" + "".join(output)
             time.sleep(0.1)
         session.send_signal(signal.SIGTERM)
         session.wait(timeout=120)
@@ -365,8 +365,18 @@ class _Output(list[str]):
 
 
 def _said_passed(output: list[str], test: str) -> bool:
-    """Whether the session's verbose output has reported ``test`` passed."""
-    return any(test in line and "PASSED" in line for line in list(output))
+    """Whether the session's verbose output has reported ``test`` passed.
+
+    Under xdist the verdict and the test id share a line. In one process the id is written when
+    the test starts and its verdict when it ends, and in between the plugin's progress lines (an
+    export, a runner build: from an empty cache) end that line — so the verdict is the first one
+    after the id, wherever it falls."""
+    text = "".join(list(output))
+    if any(test in line and "PASSED" in line for line in text.splitlines()):
+        return True
+    _, started, after = text.partition(test)
+    verdict = re.search(r"\b(PASSED|FAILED|ERROR)\b", after)
+    return bool(started and verdict and verdict.group(1) == "PASSED")
 
 
 @pytest.mark.parametrize(
