@@ -11,8 +11,10 @@ run and every CI run. The failure is recorded beside the entry it would have bee
 - the record holds a digest of pytest-sme2's own sources, which lower the program: any change to
   them exports again;
 - only failures of the program itself are recorded, in the stages that only compute (``build
-  model`` to ``to_executorch``), and not when the cause was the machine's (out of memory, a file
-  or process error, a runner): those may pass next time.
+  model`` to ``to_executorch``), and not when the cause was the machine's or the process's (out
+  of memory, a file or process error, a runner, a package that does not import, torch refusing a
+  second registration of an operator library in a process that imported a module twice): those
+  may pass next time, and a record of one would fail every later session — a stale-cache red.
 
 A replayed failure says it was recorded and how to export again (delete the record). A record
 that cannot be read is ignored: the export runs and records again.
@@ -37,13 +39,15 @@ FORMAT = 1
 RECORDED_STAGES: tuple[str, ...] = STAGES[: STAGES.index("to_executorch") + 1]
 #: Causes that are the machine's, whatever the stage: never recorded.
 _MACHINE_CAUSES: tuple[type[BaseException], ...] = (
+    ImportError,
     MemoryError,
     OSError,
     RunnerError,
     subprocess.SubprocessError,
 )
-#: torch's own way of saying it ran out of memory (a RuntimeError).
-_OUT_OF_MEMORY = ("can't allocate memory", "out of memory")
+#: torch's own words (RuntimeErrors) for a cause that is the machine's or the process's: out of
+#: memory, and an operator library registered twice in one process (a module imported again).
+_NOT_THE_PROGRAM = ("can't allocate memory", "out of memory", "only a single torch_library")
 
 
 def record_path(directory: Path) -> Path:
@@ -56,7 +60,7 @@ def record(directory: Path, err: ExportError) -> None:
     cause = err.__cause__
     if err.stage not in RECORDED_STAGES or isinstance(cause, _MACHINE_CAUSES):
         return
-    if any(words in str(cause).lower() for words in _OUT_OF_MEMORY):
+    if any(words in str(cause).lower() for words in _NOT_THE_PROGRAM):
         return
     failure = {
         "format": FORMAT,

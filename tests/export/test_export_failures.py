@@ -153,10 +153,15 @@ def test_a_changed_pytest_sme2_exports_again(cache: Path, monkeypatch: pytest.Mo
             "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"
         ),
         OSError(28, "No space left on device"),
+        ModuleNotFoundError("No module named 'torchao'"),
+        RuntimeError(
+            "Only a single TORCH_LIBRARY can be used to register the namespace llama; please put"
+            " all of your definitions in a single TORCH_LIBRARY block."
+        ),
     ],
-    ids=["MemoryError", "torch out of memory", "OSError"],
+    ids=["MemoryError", "torch out of memory", "OSError", "a package missing", "torch lib twice"],
 )
-def test_a_failure_of_the_machine_is_not_recorded(
+def test_a_failure_of_the_machine_or_the_process_is_not_recorded(
     cache: Path, monkeypatch: pytest.MonkeyPatch, cause: BaseException
 ) -> None:
     def lower(exported: object) -> object:
