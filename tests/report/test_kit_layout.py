@@ -25,7 +25,6 @@ from pytest_sme2.case_context import RUNS_DIR, case_program
 from pytest_sme2.case_files import manifest_config
 from pytest_sme2.cli import main
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.export.reference import REFERENCE
 from pytest_sme2.measure.case import measure
 from pytest_sme2.measure.deadline import Deadline
@@ -35,6 +34,7 @@ from pytest_sme2.report.artifacts import write_artifacts
 from pytest_sme2.report.charts import render_charts
 from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.report.kit_json import TIME_MODEL, Program
+from tests.judge.small_model import small_model
 from tests.session.contexts import settings
 
 MODEL = "kit_small"
@@ -63,29 +63,6 @@ KIT_METRICS = {
 KIT_WRITES = ("analysis_summary.json", "report.md")
 
 
-def _small() -> Any:
-    """A convolution and the mean of its channels: a few microseconds, three categories."""
-    import torch
-    from torch import nn
-
-    class Small(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = nn.Conv2d(3, 8, 3, padding=1)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.relu(self.conv(x)).mean(dim=(2, 3))
-
-    torch.manual_seed(0)
-    return Small().eval()
-
-
-def _image(seed: int) -> tuple[Any, ...]:
-    import torch
-
-    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),)
-
-
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One real case measured on the host and on qemu-sme2 (a fleet) and its files written as
@@ -100,7 +77,7 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         sme2_traced_runs="3",
         sme2_warmup="1",
     )
-    spec = ModelSpec(MODEL, _small, _image, "a conv", ("fp32",))
+    spec = small_model(MODEL)
     reference = export_model(REFERENCE, "fp32")
     fleet = Fleet(lambda _: None)
     folders = {}
