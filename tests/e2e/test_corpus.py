@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import transformers  # noqa: F401  (the corpus extra, which scripts/install.sh installs)
+import transformers  # noqa: F401  (the corpus extra: scripts/install_tests.sh)
 
 from benchmarks.corpus import portable_only, project, session
 from pytest_sme2.devices.qemu import QemuSme2Device

@@ -15,9 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from pytest_sme2.cache import cache_root
 from pytest_sme2.report.evidence import KERNEL_VIEW_TITLE
+from tests.inner import REPO
 
 pytest_plugins = ["pytester"]
 
@@ -157,10 +159,21 @@ def report_session(
 
 
 def chromium() -> str:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed: run scripts/install_chromium.sh")
+    """A headless browser, installed on first need (Debian's chromium, through the repository's
+    script; one worker installs while the other waits): only this test opens one, so neither the
+    main job nor the test set-up installs a browser. A machine where it cannot be installed fails
+    here, naming the script."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(CACHE / "chromium-install.lock"):
+        if not _on_path():
+            subprocess.run(["bash", str(REPO / "scripts" / "install_chromium.sh")], check=True)
+    browser = _on_path()
+    assert browser, "chromium is missing after scripts/install_chromium.sh"
     return browser
+
+
+def _on_path() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _extra(dom: str, title: str) -> str:
