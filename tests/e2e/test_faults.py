@@ -336,6 +336,7 @@ def test_sigterm_in_the_middle_of_the_suite_leaves_the_report_the_baselines_and_
     text = output.finished()
     assert session.returncode == pytest.ExitCode.INTERRUPTED, text
     assert "SIGTERM: pytest-sme2 stopped the session" in text
+    assert (artifacts / "report.md").is_file(), text
     report = (artifacts / "report.md").read_text()
     assert "fine" in report and "hangs" not in report
     stored = sorted(baselines.rglob("*.json"))

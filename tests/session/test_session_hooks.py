@@ -59,6 +59,17 @@ def test_a_bad_value_fails_in_one_line_naming_the_option(pytester: pytest.Pytest
     )
 
 
+def test_a_tests_outcome_is_taken_before_any_reporter_announces_the_test(
+    pytester: pytest.Pytester,
+) -> None:
+    """A user who stops the session on seeing PASSED (CI's SIGTERM, Ctrl-C) gets that case in
+    report.md: the session takes the outcome before the terminal and pytest-html see the report."""
+    config = pytester.parseconfigure()
+    hook = config.pluginmanager.hook.pytest_runtest_logreport
+    called = [impl.plugin_name for impl in reversed(hook.get_hookimpls())]
+    assert called.index("sme2-session") < called.index("terminalreporter"), called
+
+
 def _report(outcome: CaseOutcome, when: str = "call", result: str = "passed") -> pytest.TestReport:
     """The test report pytest makes, carrying the outcome as the session's makereport left it."""
     report = pytest.TestReport(outcome.nodeid, ("t.py", 1, "t"), {}, result, None, when)
