@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pytest_sme2.analysis.categories import CATEGORIES
 from pytest_sme2.analysis.kernels import BOTTLENECK_SHARE
 from pytest_sme2.analysis.ops import parse_op_name
-from pytest_sme2.analysis.profile import OTHER, Profile
+from pytest_sme2.analysis.profile import OTHER, Profile, per_run_by_kind
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
 from pytest_sme2.records.device import Variant, describe_class
 from pytest_sme2.records.measurement import Measurement
@@ -219,10 +219,7 @@ def operator_table(m: Measurement, variant: Variant, operators: Sequence | None 
     theirs: dict[str, float] = {}
     if comparison is not None:
         other_prof = comparison.off if variant is Variant.ON else comparison.on
-        for source, into in ((prof, mine), (other_prof, theirs)):
-            for op in source.operators:
-                key = parse_op_name(op.name).unpacked_key
-                into[key] = into.get(key, 0.0) + op.per_run_ms
+        mine, theirs = per_run_by_kind(prof), per_run_by_kind(other_prof)
     rows = []
     for op in ops:
         row = [
