@@ -15,6 +15,8 @@ fresh measurements, like every time gate.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pytest_sme2.analysis.kernels import kernels_by_kind
 from pytest_sme2.analysis.losses import (
     MIN_INSTRUCTIONS,
@@ -36,16 +38,20 @@ from pytest_sme2.records.measurement import Measurement, VariantMeasurement
 from pytest_sme2.records.verdict import Status, Verdict
 
 
+@dataclass(frozen=True)
 class _Part:
     """A verdict name of the gate and what kind of numbers it judges (``gate_names`` reads the
     flags: ``counted`` and ``wall_clock`` decide where a verdict is dropped or confirmed)."""
 
-    def __init__(self, name: str, *, counted: bool = False, wall_clock: bool = False) -> None:
-        self.name, self.counted, self.wall_clock = name, counted, wall_clock
+    name: str
+    counted: bool = False
+    wall_clock: bool = False
 
 
 COUNTED_LOSSES = _Part("sme2-losses", counted=True)
 TIMED_LOSSES = _Part("sme2-time-losses", wall_clock=True)
+#: The gate names a loss fails under.
+LOSS_GATES = (COUNTED_LOSSES.name, TIMED_LOSSES.name)
 
 
 def kernels_per_kind(vm: VariantMeasurement) -> dict[str, tuple[str, ...]]:
