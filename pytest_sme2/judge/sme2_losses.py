@@ -96,8 +96,11 @@ def measured_losses(m: Measurement, tolerance_percent: float) -> tuple[OperatorL
     )
 
 
-def _floor(timed: bool) -> str:
-    return f"{MIN_MS:g} ms" if timed else f"{MIN_INSTRUCTIONS:,} instructions"
+def judged_floor(m: Measurement) -> str:
+    """The size per run under which an operator of ``m`` is not judged, with its unit."""
+    if m.variants[Variant.ON].profile.counts_instructions:
+        return f"{MIN_INSTRUCTIONS:,} instructions"
+    return f"{MIN_MS:g} ms"
 
 
 class Sme2Losses:
@@ -119,8 +122,9 @@ class Sme2Losses:
         found = measured_losses(m, tolerance)
         if isinstance(found, str):
             return [Verdict(part.name, Status.SKIP, f"SME2 losses {found}")]
-        rule = f"tolerance {tolerance:g} %, operators under {_floor(timed)} per run not judged" + (
-            "; every traced run compared" if timed else ""
+        rule = (
+            f"tolerance {tolerance:g} %, operators under {judged_floor(m)} per run not judged"
+            + ("; every traced run compared" if timed else "")
         )
         if not found:
             message = f"no operator costs more with SME2 on than off ({rule})"

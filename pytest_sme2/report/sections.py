@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from pytest_sme2.judge.sme2_losses import losses_for_report
+from pytest_sme2.judge.sme2_losses import judged_floor, losses_for_report
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Verdict
@@ -260,15 +260,19 @@ def _kernels(case: Case) -> Section | None:
 
 
 def _losses(case: Case) -> Section:
-    """Every operator that cost more with SME2 on than off, at no tolerance: the gate fails those
-    beyond it, and the near misses it lets pass are what to watch."""
+    """Every operator that cost more with SME2 on than off, at no tolerance (above the size the
+    gate judges): the gate fails those beyond it, and the near misses it lets pass are what to
+    watch."""
     found = losses_for_report(case.m)
     if found is None:
         return Section(LOSSES_TITLE, (Paragraph("Not compared: no SME2-on and SME2-off pair."),))
     if isinstance(found, str):
         return Section(LOSSES_TITLE, (Paragraph(found[0].upper() + found[1:] + "."),))
     if not found:
-        return Section(LOSSES_TITLE, (Paragraph("None: no operator costs more with SME2 on."),))
+        none = (
+            f"None: no operator of {judged_floor(case.m)} or more per run costs more with SME2 on."
+        )
+        return Section(LOSSES_TITLE, (Paragraph(none),))
     note = (
         "Operators that cost more with SME2 on than off, at any margin; the sme2-losses gate "
         "fails those beyond its tolerance (its verdict below)."
