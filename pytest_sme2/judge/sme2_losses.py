@@ -127,7 +127,7 @@ class Sme2Losses:
             + ("; every traced run compared" if timed else "")
         )
         if not found:
-            message = f"no operator costs more with SME2 on than off ({rule})"
+            message = f"no operator costs more with SME2 on than off beyond the tolerance ({rule})"
             return [Verdict(part.name, Status.PASS, message)]
         worst = found[0]
         message = (

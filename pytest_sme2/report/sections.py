@@ -274,8 +274,9 @@ def _losses(case: Case) -> Section:
         )
         return Section(LOSSES_TITLE, (Paragraph(none),))
     note = (
-        "Operators that cost more with SME2 on than off, at any margin; the sme2-losses gate "
-        "fails those beyond its tolerance (its verdict below)."
+        f"Operators of {judged_floor(case.m)} or more per run that cost more with SME2 on than "
+        "off, at any margin; the sme2-losses gate fails those beyond its tolerance (its verdict "
+        "below)."
     )
     table = c.losses_table(found)
     return Section(LOSSES_TITLE, (table,) if case.brief else (Paragraph(note), table))
