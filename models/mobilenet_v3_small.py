@@ -139,7 +139,15 @@ def mobilenet_v3_small_inputs(seed: int) -> tuple[torch.Tensor, ...]:
     return (seeded_randn(seed, 1, 3, 224, 224),)
 
 
-@register_model("mobilenet_v3_small", inputs=mobilenet_v3_small_inputs)
+@register_model(
+    "mobilenet_v3_small",
+    inputs=mobilenet_v3_small_inputs,
+    # a real SME2 loss, measured on qemu-sme2 (ExecuTorch 1.5.1): fp16's stem convolution (3 → 16
+    # channels, 3×3, stride 2) costs 2,126,883 instructions per run with SME2 on (PF16 IGEMM,
+    # mostly KleidiAI's LHS imatmul packing of its 27-wide rows) vs 1,790,179 on NEON: ×1.19, beside
+    # the whole model's gain. Allowed here so the example passes; the report lists it.
+    expect={"fp16": {"sme2_loss_tolerance": 25}},
+)
 def mobilenet_v3_small() -> nn.Module:
     """MobileNetV3-Small at 224×224, 1000 classes: depthwise/pointwise convs, SE, hardswish.
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_sme2.analysis.categories import Classifier
+from pytest_sme2.analysis.losses import LOSS_TOLERANCE_PERCENT
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.model_spec import DTYPES, ModelSpec
 from pytest_sme2.judge.baseline import Tolerances
@@ -110,6 +111,12 @@ OPTIONS: tuple[Option, ...] = (
         "float",
     ),
     Option(
+        "loss-tolerance",
+        "10",
+        "% an operator may cost more with SME2 on than off (instructions on emulated devices, "
+        "every traced run's time elsewhere) before the sme2-losses gate fails; off: not judged",
+    ),
+    Option(
         "init-time-tolerance",
         "15",
         "allowed rise of the fastest method init (weight packing) in ms, in percent",
@@ -174,6 +181,8 @@ class Settings:
     history: Path | None
     tolerances: Tolerances
     classifier: Classifier
+    #: ``--sme2-loss-tolerance`` (%), None: the ``sme2-losses`` gate is off
+    loss_tolerance: float | None = LOSS_TOLERANCE_PERCENT
 
     @property
     def policy(self) -> Policy:
@@ -186,6 +195,7 @@ class Settings:
             strict=self.strict,
             judge_disturbed=self.judge_disturbed,
             calibrate_runs=self.calibrate_runs,
+            loss_tolerance=self.loss_tolerance,
         )
 
     def cases(self, registered: Sequence[ModelSpec | ProgramSpec]) -> list[Case]:
@@ -298,6 +308,22 @@ def _calibrate_runs(values: dict[str, Any]) -> int:
     return calibrate_runs
 
 
+def _loss_tolerance(raw: str) -> float | None:
+    """``--sme2-loss-tolerance``: a percentage ≥ 0, or off (``off``, ``none``): not judged."""
+    if raw.strip().lower() in ("off", "none"):
+        return None
+    try:
+        percent = float(raw)
+    except ValueError:
+        percent = -1.0
+    if not percent >= 0:
+        raise ConfigError(
+            f"--sme2-loss-tolerance={raw!r}: give a percentage ≥ 0 (10: an operator may cost 10 % "
+            "more with SME2 on than off) or off"
+        )
+    return percent
+
+
 def resolve(
     get_option: Callable[[str], Any],
     get_ini: Callable[[str], Any],
@@ -339,4 +365,5 @@ def resolve(
             peak_rss_percent=values["sme2_memory_tolerance"],
         ),
         classifier=Classifier.from_lines(get_ini(CATEGORY_OVERRIDES_INI) or ()),
+        loss_tolerance=_loss_tolerance(values["sme2_loss_tolerance"]),
     )

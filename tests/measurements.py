@@ -108,15 +108,18 @@ def variant(
 ) -> VariantMeasurement:
     """A variant with timing-only latencies and the profile of ``ops``, whose runner saw what
     its label says; its ETDump was never written (the reports then leave out the per-event
-    files)."""
+    files), its trace is kept in memory as a measurement keeps the one it parsed (the gates that
+    compare traced runs read it)."""
+    trace = make_trace(ops)
     return VariantMeasurement(
         variant=v,
         latencies_ms=tuple(latencies),
         timing_warmup=0,
-        profile=profile(make_trace(ops)),
+        profile=profile(trace),
         etdump=Path("x.etdump").absolute(),
         evidence=evidence,
         seen=SEEN[v],
+        trace=trace,
     )
 
 

@@ -13,7 +13,7 @@ Two rules the reference workflow got wrong are enforced here:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -307,6 +307,24 @@ def _entry(name: str, backend: str, classifier: Classifier, ops: dict[str, list]
     return entry
 
 
+def by_unpacked_kind(per_name: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """(operator name, value) pairs summed by ``OpName.unpacked_key``: how SME2-on and SME2-off
+    operators are matched. SME2-on renames ``F32`` to ``PF32``, and those renamed operators are
+    exactly the ones SME2 changes, so the same graph node must meet its other variant under one
+    key (several names of one kind, ``F16`` and ``PF16`` layers beside each other, are summed)."""
+    kinds: dict[str, float] = {}
+    for name, value in per_name:
+        key = parse_op_name(name).unpacked_key
+        kinds[key] = kinds.get(key, 0.0) + value
+    return kinds
+
+
+def per_run_by_kind(prof: Profile) -> dict[str, float]:
+    """Per-run time (or instructions) of each operator kind, matched across variants
+    (:func:`by_unpacked_kind`)."""
+    return by_unpacked_kind((op.name, op.per_run_ms) for op in prof.operators)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """SME2-off vs SME2-on for one model × dtype on one device.
@@ -333,12 +351,8 @@ class Comparison:
     @property
     def operator_speedups(self) -> dict[str, float | None]:
         """off ÷ on per-run time per operator kind present in both variants, keyed by the SME2-off
-        name. Kinds are matched on ``OpName.unpacked_key``: SME2-on renames ``F32`` to ``PF32``,
-        and those renamed operators are exactly the ones SME2 speeds up."""
-        on: dict[str, float] = {}
-        for op in self.on.operators:
-            key = parse_op_name(op.name).unpacked_key
-            on[key] = on.get(key, 0.0) + op.per_run_ms
+        name. Kinds are matched on ``OpName.unpacked_key`` (:func:`per_run_by_kind`)."""
+        on = per_run_by_kind(self.on)
         speedups: dict[str, float | None] = {}
         for op in self.off.operators:
             on_ms = on.get(parse_op_name(op.name).unpacked_key)

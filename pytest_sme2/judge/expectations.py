@@ -15,6 +15,10 @@ from pytest_sme2.analysis.categories import CATEGORIES
 from pytest_sme2.errors import ConfigError
 from pytest_sme2.validation import key_path, problem, validator
 
+#: ``sme2_loss_tolerance`` not given by the marker: the session's tolerance applies (the marker's
+#: None turns the gate off, so absent and None must differ).
+SESSION = "session"
+
 
 @dataclass(frozen=True)
 class Expectations:
@@ -35,6 +39,16 @@ class Expectations:
     #: each variant's fastest method init (weight packing), ms, where time means something
     max_init_ms: float | None = None
     min_thread_gain: Mapping[int, float] = field(default_factory=dict)
+    #: % an operator may cost more with SME2 on than off (``judge.sme2_losses``); None: not
+    #: judged for this test; :data:`SESSION` (not given): the session's ``--sme2-loss-tolerance``
+    sme2_loss_tolerance: float | str | None = SESSION
+
+    def loss_tolerance(self, session: float | None) -> float | None:
+        """The SME2 loss tolerance of this test: the marker's where it gives one (None: off),
+        else the session's ``session``."""
+        if self.sme2_loss_tolerance == SESSION:
+            return session
+        return None if self.sme2_loss_tolerance is None else float(self.sme2_loss_tolerance)
 
     def speedup_floor_at(self, threads: int) -> float | None:
         """The SME2 speedup floor of a case on ``threads`` threads, None where there is none."""
@@ -117,6 +131,7 @@ MARKER_SCHEMA: Mapping[str, Any] = {
         "max_share": _SHARES,
         "min_share": _SHARES,
         "require_sme2_kernels": {"type": "boolean"},
+        "sme2_loss_tolerance": {"type": ["number", "null"], "minimum": 0},
         "op_counts": {
             "type": "object",
             "additionalProperties": {"type": "number", "minimum": 0},

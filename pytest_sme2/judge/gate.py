@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pytest_sme2.analysis.losses import LOSS_TOLERANCE_PERCENT
 from pytest_sme2.judge.baseline_model import Baseline, TimeRecord
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.moves import Tolerances
@@ -53,6 +54,10 @@ class Judging:
     expectations: Expectations
     #: the session's (``--sme2-*-tolerance``)
     tolerances: Tolerances
+    #: the session's ``--sme2-loss-tolerance`` (%), None: off; not a baseline tolerance (the
+    #: ``sme2-losses`` gate compares the measurement's own variants), so not in ``tolerances``,
+    #: which a baseline file records
+    loss_tolerance: float | None = LOSS_TOLERANCE_PERCENT
 
     @property
     def record(self) -> TimeRecord | None:

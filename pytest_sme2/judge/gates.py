@@ -63,7 +63,9 @@ class Judge:
         """
         policy = self.policy
         now = from_measurement(m, policy.tolerances, policy.quantities)
-        judging = Judging(m, self.baseline, now, self.expectations, policy.tolerances)
+        judging = Judging(
+            m, self.baseline, now, self.expectations, policy.tolerances, policy.loss_tolerance
+        )
         gates = self.gates
         verdicts = [verdict for gate in gates for verdict in gate.check(judging)]
         verdicts = without_emulated_counts(m, verdicts, gate_names(gates, "counted"))

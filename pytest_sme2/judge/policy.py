@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pytest_sme2.analysis.losses import LOSS_TOLERANCE_PERCENT
 from pytest_sme2.judge.gate import Gate
 from pytest_sme2.judge.moves import Tolerances
 from pytest_sme2.judge.quantities import BUILTIN, Quantities
@@ -27,3 +28,5 @@ class Policy:
     gates: tuple[Gate, ...] = ()
     #: the quantities gated and stored
     quantities: Quantities = BUILTIN
+    #: ``--sme2-loss-tolerance``: % an operator may cost more with SME2 on than off; None: off
+    loss_tolerance: float | None = LOSS_TOLERANCE_PERCENT

@@ -32,6 +32,7 @@ from pytest_sme2.judge.scalar import Place, ScalarGates, ScalarSpec
 from pytest_sme2.judge.scalars import SCALARS
 from pytest_sme2.judge.shares import SHARES
 from pytest_sme2.judge.sme2_gate import SME2_KERNELS
+from pytest_sme2.judge.sme2_losses import SME2_LOSSES
 from pytest_sme2.judge.speedup import SPEEDUP
 from pytest_sme2.judge.structure import STRUCTURE
 from pytest_sme2.judge.thread_gates import THREAD_GAIN_GATE
@@ -66,6 +67,7 @@ class Quantities:
             SHARE_LIMITS,
             OP_COUNTS,
             SME2_KERNELS,
+            SME2_LOSSES,
             SPEEDUP,
             THREAD_GAIN_GATE,
             INSTRUCTION_RATIO_FLOOR,

@@ -10,13 +10,16 @@ sums and ratios of those values. What the device's evidence says about SME2 is i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pytest_sme2.analysis.categories import CATEGORIES
 from pytest_sme2.analysis.kernels import BOTTLENECK_SHARE
+from pytest_sme2.analysis.losses import OperatorLoss
 from pytest_sme2.analysis.ops import parse_op_name
-from pytest_sme2.analysis.profile import OTHER, Profile
+from pytest_sme2.analysis.profile import OTHER, Profile, per_run_by_kind
+from pytest_sme2.judge.sme2_losses import LOSS_GATES
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
+from pytest_sme2.judge.wording import case_name
 from pytest_sme2.records.device import Variant, describe_class
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Status, Verdict
@@ -219,10 +222,7 @@ def operator_table(m: Measurement, variant: Variant, operators: Sequence | None 
     theirs: dict[str, float] = {}
     if comparison is not None:
         other_prof = comparison.off if variant is Variant.ON else comparison.on
-        for source, into in ((prof, mine), (other_prof, theirs)):
-            for op in source.operators:
-                key = parse_op_name(op.name).unpacked_key
-                into[key] = into.get(key, 0.0) + op.per_run_ms
+        mine, theirs = per_run_by_kind(prof), per_run_by_kind(other_prof)
     rows = []
     for op in ops:
         row = [
@@ -249,6 +249,35 @@ def operator_table(m: Measurement, variant: Variant, operators: Sequence | None 
         other_variant = Variant.OFF if variant is Variant.ON else Variant.ON
         headers += [f"{other_variant} {u}/run", off_on_label(m)]
     return Table(tuple(headers), tuple(rows))
+
+
+def losses_table(losses: Sequence[OperatorLoss]) -> Table:
+    """One row per SME2 loss: the operator, the kernels on each side (where the device shows
+    them), its cost per run on and off, and how many times dearer SME2 made it."""
+    rows = tuple(
+        (
+            loss.operator,
+            ", ".join(loss.kernels_on) or "—",
+            ", ".join(loss.kernels_off) or "—",
+            loss.cost(loss.on),
+            loss.cost(loss.off),
+            f"×{loss.ratio:.2f}",
+        )
+        for loss in losses
+    )
+    headers = ("operator", "kernels on", "kernels off", "on/run", "off/run", "on ÷ off")
+    return Table(headers, rows)
+
+
+def loss_lines(outcomes: Iterable[tuple[Measurement, Sequence[Verdict]]]) -> list[str]:
+    """Each SME2 loss the ``sme2-losses`` gate failed over a session, one line naming its case."""
+    return [
+        f"{case_name(m)}: {line}"
+        for m, verdicts in outcomes
+        for v in verdicts
+        if v.status is Status.FAIL and v.gate in LOSS_GATES
+        for line in v.details
+    ]
 
 
 def bottlenecks(m: Measurement, variant: Variant) -> tuple:

@@ -151,8 +151,8 @@ def unmeasured_log(outcome: str, reason: str, traceback: str, log: Sequence[str]
 def summary_html(report: SessionReport) -> list[str]:
     """The session report model (:mod:`pytest_sme2.report.session_report`) for the top of the
     pytest-html page, one block each: the machine classes with no time record, the devices side by
-    side, the thread scaling, the cases not measured, the gates skipped, the baselines written and
-    those no case uses.
+    side, the thread scaling, the cases not measured, the SME2 losses, the gates skipped, the
+    baselines written and those no case uses.
     The tests themselves are the page's result table (:func:`row_cells`)."""
     blocks = [
         f'<p class="sme2-untimed">pytest-sme2: {html.escape(line)}</p>' for line in report.untimed
@@ -169,6 +169,8 @@ def summary_html(report: SessionReport) -> list[str]:
             '<p class="sme2-unmeasured">pytest-sme2: not measured:</p>'
             + _list([f"{nodeid}: {how}: {why}" for nodeid, how, why in report.unmeasured])
         )
+    if report.losses:
+        blocks.append('<p class="sme2-losses">pytest-sme2: SME2 losses:</p>' + _list(report.losses))
     if report.skipped:
         blocks.append(
             '<p class="sme2-skipped">pytest-sme2: gates the device could not judge:</p>'

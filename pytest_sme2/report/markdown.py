@@ -104,8 +104,8 @@ def session_markdown(report: SessionReport, *, base: Path | None = None) -> str:
 
 def _session_parts(report: SessionReport) -> list[str]:
     """What the session found beyond its rows: the machine classes with no time record, the
-    cases not measured, the devices side by side, the thread scaling, the gates skipped, the
-    baselines written and those no case uses."""
+    cases not measured, the devices side by side, the thread scaling, the SME2 losses, the gates
+    skipped, the baselines written and those no case uses."""
     parts = [_bullets(report.untimed)] if report.untimed else []
     if report.unmeasured:
         parts.append(
@@ -116,6 +116,8 @@ def _session_parts(report: SessionReport) -> list[str]:
         parts.append(f"## Across devices\n\n{c.FLEET_NOTE}\n\n" + report.fleet.markdown())
     for view in report.scaling:
         parts.append(section_markdown(s.scaling_section(view, brief=False)))
+    if report.losses:
+        parts.append("## SME2 losses\n\n" + _bullets(report.losses))
     if report.skipped:
         parts.append("Gates the device could not judge:\n\n" + _bullets(report.skipped))
     if report.baseline_changes:

@@ -10,7 +10,8 @@ charts: shorter headings, tables without the prose). Adding a section is one bui
 
 Sections follow what the reference workflow's users look for (metadata, latency comparison,
 category breakdown on vs off, acceleration per category, bottlenecks above 5 % of E2E, delegated
-vs non-delegated, SME2 kernel evidence, recommendations) plus the gate verdicts.
+vs non-delegated, SME2 kernel evidence, recommendations) plus the operators SME2 made dearer and the
+gate verdicts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from pytest_sme2.judge.sme2_losses import judged_floor, losses_for_report
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Verdict
@@ -37,6 +39,9 @@ from pytest_sme2.report.scaling_view import (
     scaling_table,
 )
 from pytest_sme2.report.throughput import phase_line, throughput_table
+
+#: The section of every case report that lists the operators SME2 made dearer.
+LOSSES_TITLE = "SME2 losses"
 
 
 class View(Enum):
@@ -254,6 +259,29 @@ def _kernels(case: Case) -> Section | None:
     return None if kernels is None else Section(e.KERNEL_VIEW_TITLE, (kernels,))
 
 
+def _losses(case: Case) -> Section:
+    """Every operator that cost more with SME2 on than off, at no tolerance (above the size the
+    gate judges): the gate fails those beyond it, and the near misses it lets pass are what to
+    watch."""
+    found = losses_for_report(case.m)
+    if found is None:
+        return Section(LOSSES_TITLE, (Paragraph("Not compared: no SME2-on and SME2-off pair."),))
+    if isinstance(found, str):
+        return Section(LOSSES_TITLE, (Paragraph(found[0].upper() + found[1:] + "."),))
+    if not found:
+        none = (
+            f"None: no operator of {judged_floor(case.m)} or more per run costs more with SME2 on."
+        )
+        return Section(LOSSES_TITLE, (Paragraph(none),))
+    note = (
+        f"Operators of {judged_floor(case.m)} or more per run that cost more with SME2 on than "
+        "off, at any margin; the sme2-losses gate fails those beyond its tolerance (its verdict "
+        "below)."
+    )
+    table = c.losses_table(found)
+    return Section(LOSSES_TITLE, (table,) if case.brief else (Paragraph(note), table))
+
+
 def _numerics(case: Case) -> Section | None:
     numerics = numerics_table(case.m)
     return None if numerics is None else Section("Numerics", (numerics,))
@@ -289,6 +317,7 @@ BUILDERS: tuple[Callable[[Case], Section | None], ...] = (
     _non_delegated,
     _evidence,
     _kernels,
+    _losses,
     _numerics,
     _verdicts,
     _recommendations,

@@ -56,6 +56,8 @@ class SessionReport:
     scaling: tuple[ScalingView, ...] = ()
     #: one sentence per machine class that had no time record (``content.untimed_summary``)
     untimed: tuple[str, ...] = ()
+    #: each SME2 loss a case failed on (an operator dearer with SME2 on), naming its case
+    losses: tuple[str, ...] = ()
     #: each distinct reason a gate was skipped, once
     skipped: tuple[str, ...] = ()
     baseline_changes: tuple[BaselineChanges, ...] = ()
@@ -110,6 +112,9 @@ def build_session_report(
         fleet=c.fleet_table(measurements),
         scaling=tuple(scaling_views(measurements)),
         untimed=tuple(c.untimed_summary(untimed, len(rows))),
+        losses=tuple(
+            c.loss_lines((m, r.outcome.verdicts) for r in rows if (m := r.outcome.measurement))
+        ),
         skipped=tuple(c.skipped_reasons([row.outcome.verdicts for row in rows])),
         baseline_changes=_baseline_changes(ordered, here),
         unused=unused,

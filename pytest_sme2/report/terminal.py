@@ -48,6 +48,9 @@ def summary(report: SessionReport, *, written: Path | None = None, error: str = 
     if report.rows:
         said.append(Say("pytest-sme2", heading=True))
         said += map(Say, summary_lines(report))
+        if report.losses:
+            said.append(Say("pytest-sme2 SME2 losses", heading=True))
+            said += [Say(line, colour="red") for line in report.losses]
         if report.scaling:
             said.append(Say("pytest-sme2 thread scaling", heading=True))
             said += map(Say, scaling_lines(report.scaling))

@@ -27,6 +27,8 @@ RATIO = "instruction ratio 2.50× (off ÷ on)"
 XFAIL = "export of toy[int8] failed at lower: RuntimeError: no kernel for <int8>"
 SKIPPED = Verdict("speedup", Status.SKIP, "host CPU has no SME2")
 UNTIMED = Verdict(NO_TIME_RECORD, Status.SKIP, "no time record for this machine class")
+LOSS = "Fully Connected (NC, PF32) GEMM costs 60,000 instructions per run with SME2 on vs 30,000"
+LOSSES = Verdict("sme2-losses", Status.FAIL, "1 operator(s) of toy[fp32] cost more", (LOSS,))
 
 
 def _outcome(nodeid: str, device: str, **fields) -> CaseOutcome:
@@ -36,8 +38,8 @@ def _outcome(nodeid: str, device: str, **fields) -> CaseOutcome:
 @pytest.fixture
 def report(tmp_path: Path) -> SessionReport:
     """A fleet session: the host's case judged without a time record and with a skipped gate,
-    its baseline written; qemu-sme2's counted (an instruction ratio, no time); a case whose
-    export failed; and a baseline no case uses."""
+    its baseline written; qemu-sme2's counted (an instruction ratio, no time), failed on an SME2
+    loss; a case whose export failed; and a baseline no case uses."""
     baselines = tmp_path / "baselines"
     outcomes = [
         _outcome(
@@ -52,6 +54,7 @@ def report(tmp_path: Path) -> SessionReport:
             "t.py::test[qemu-sme2-toy-fp32]",
             "qemu-sme2",
             measurement=measurement(QEMU, on_evidence=ON_EVIDENCE, off_evidence=OFF_EVIDENCE),
+            verdicts=(LOSSES,),
         ),
         replace(
             _outcome("t.py::test[qemu-sme2-toy-int8]", "qemu-sme2", unmeasured=("xfailed", XFAIL)),
@@ -81,6 +84,7 @@ def test_every_fact_of_the_session_is_in_every_rendering(report: SessionReport) 
         "the qemu-sme2 row's speedup": RATIO,
         "the untimed sentence": untimed,
         "the skipped gate": "host CPU has no SME2",
+        "the SME2 loss, by case": f"toy[fp32] on qemu-sme2: {LOSS}",
         "the baseline written": "baselines/host/toy-fp32.json",
         "its change": "sme2-off GEMM share 60% → 50%",
         "the unused baseline": "baselines/host/gone-fp32.json",
@@ -99,7 +103,7 @@ def test_the_html_speedup_cell_is_the_summary_rows(report: SessionReport) -> Non
     """The cell computed its own time-only figure ("—" on qemu-sme2) beside the ratio above it."""
     qemu = next(row for row in report.rows if row.outcome.device == "qemu-sme2")
     assert qemu.outcome.measurement is not None
-    assert qemu.cells == summary_row(qemu.outcome.measurement, ())
+    assert qemu.cells == summary_row(qemu.outcome.measurement, qemu.outcome.verdicts)
     assert f'<td class="col-sme2-speedup">{html.escape(RATIO)}</td>' in row_cells(qemu.cells)
 
 
@@ -108,15 +112,18 @@ def test_the_terminal_says_it_in_sections(report: SessionReport) -> None:
     assert headings == [
         "pytest-sme2 slowest exports and builds",
         "pytest-sme2",
+        "pytest-sme2 SME2 losses",
         "pytest-sme2 not measured",
         "pytest-sme2 baselines written",
         "pytest-sme2 unused baselines",
     ]
     lines = summary_lines(report)
     assert lines[0].split()[:3] == ["model", "dtype", "device"]
-    assert "pass, 2 skipped" in lines[1] and "not judged" in lines[2]
+    assert "pass, 2 skipped" in lines[1] and "FAIL (1)" in lines[2]
     assert lines[3:] == ["skipped gate: host CPU has no SME2", *report.untimed]
     said = [say.text for say in summary(report)]
+    losses = said.index("pytest-sme2 SME2 losses")
+    assert said[losses + 1] == f"toy[fp32] on qemu-sme2: {LOSS}"
     changes = said.index("pytest-sme2 baselines written")
     assert said[changes + 1 : changes + 4] == [
         "baselines/host/toy-fp32.json:",
