@@ -235,9 +235,10 @@ class Adb:
         )
 
     def _unreachable(self, reason: str) -> str:
+        port = self.server.port if self.server else "PORT"
         return (
             f"adb server {self.server_name} cannot be reached (adb: {reason}), so neither can "
-            f"{self._device}; is the server running on its host (`adb -a -P PORT nodaemon "
+            f"{self._device}; is the server running on its host (`adb -a -P {port} nodaemon "
             "server`)?"
         )
 

@@ -17,9 +17,9 @@ What the shell is asked and answers (device facts, the command line) is in
 :mod:`~pytest_sme2.devices.android_bundle`, the kernels a Debug runner logs are kept by
 :class:`~pytest_sme2.devices.kernel_log.KernelLogs`.
 
-Everything that can go wrong on a phone — no such device, a runner crash, the USB cable — fails
-the test with a one-line :class:`RunnerError` naming what happened and a file holding the device
-log (``logcat``).
+Everything that can go wrong on a phone — no such device, its adb server gone (a lab host's:
+``server=``), a runner crash, the USB cable — fails the test with a one-line :class:`RunnerError`
+naming what happened and a file holding the device log (``logcat``).
 """
 
 from __future__ import annotations

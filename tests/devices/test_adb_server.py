@@ -97,8 +97,8 @@ def _prepare_fails(adb: Adb) -> str:
     return message
 
 
-def test_the_server_option_lists_that_servers_devices(
-    adb_server: AdbServer, listed_offline: str
+def test_the_server_option_lists_that_servers_devices_as_does_adbs_environment(
+    adb_server: AdbServer, listed_offline: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     adb = Adb(serial=SERIAL, server=adb_server)
     assert adb.command("devices") == [
@@ -112,6 +112,12 @@ def test_the_server_option_lists_that_servers_devices(
         "devices",
     ]
     assert adb.attached() == {listed_offline: "offline"}  # that server's, no other's
+    # without server=, adb reads ADB_SERVER_SOCKET itself (nothing passed), and we name it
+    monkeypatch.setenv("ADB_SERVER_SOCKET", f"tcp:{adb_server}")
+    by_environment = Adb(serial=SERIAL)
+    assert by_environment.command("devices") == ["adb", "-s", SERIAL, "devices"]
+    assert by_environment.attached() == {listed_offline: "offline"}
+    assert by_environment.server_name == f"{adb_server} (ADB_SERVER_SOCKET)"
 
 
 def test_an_empty_server_says_so_naming_server_and_serial(adb_server: AdbServer) -> None:
@@ -152,7 +158,7 @@ def test_a_server_that_is_not_running_or_went_away_is_named(adb_server: AdbServe
     assert said == (
         f"adb server {nobody} cannot be reached (adb: cannot connect to daemon at tcp:{nobody}: "
         f"failed to connect to '{nobody}': Connection refused), so neither can android device "
-        f"{SERIAL}; is the server running on its host (`adb -a -P PORT nodaemon server`)?"
+        f"{SERIAL}; is the server running on its host (`adb -a -P {nobody.port} nodaemon server`)?"
     )
     with socket.socket() as probe:  # adb started no server there by itself
         assert probe.connect_ex(("127.0.0.1", nobody.port)) != 0
