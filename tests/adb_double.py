@@ -18,7 +18,13 @@ under the root is the device's CPU description. Failures it simulates, as a phon
 * ``kill_runner_with: "SIGSEGV"`` — the next runner process gets that signal once it is running,
   and logcat gets the line Android's debuggerd writes;
 * ``hang_runner: true`` — the next runner gets stuck (stopped, as in an uninterruptible kernel
-  call) and its shell never answers.
+  call) and its shell never answers;
+* ``server: "HOST:PORT"`` — the device sits behind that adb server (a lab machine's): a call that
+  names another with ``-H``/``-P``, or none, cannot reach it and fails as adb does;
+  ``server_gone: true`` — that server went away: every call fails so.
+
+Each call's server (``HOST:PORT`` from its ``-H``/``-P``, ``default`` without them) is appended
+to ``.double/servers`` (:func:`servers_seen`), so a test sees that every call named it.
 
 As on a phone, what ``adb shell`` starts is not in adb's process group (it runs in a session of
 its own): killing the local adb leaves it running, and only a kill sent through adb ends it.
@@ -73,6 +79,12 @@ def install(
     return adb
 
 
+def servers_seen(root: Path) -> list[str]:
+    """The server each call so far named, in order."""
+    path = root / ".double/servers"
+    return path.read_text().splitlines() if path.is_file() else []
+
+
 def configure(root: Path, **changes: object) -> None:
     """Change the double's behaviour (``lose_after_calls``, ``kill_runner_with``, ...)."""
     path = root / ".double/config.json"
@@ -90,12 +102,28 @@ class Double:
 
     # -- device state ----------------------------------------------------------------------
 
-    def count_call(self) -> int:
-        """This call's number; under a lock, since two sessions' workers may call at once."""
+    def count_call(self, server: str) -> int:
+        """This call's number, its ``server`` recorded; under a lock, since two sessions' workers
+        may call at once."""
         with FileLock(str(self.state / "calls.lock")):
             calls = int((self.state / "calls").read_text()) + 1
             (self.state / "calls").write_text(str(calls))
+            with (self.state / "servers").open("a") as servers:
+                servers.write(f"{server}\n")
         return calls
+
+    def unreachable(self, server: str) -> bool:
+        """Whether a call naming ``server`` cannot reach this device's server (as adb says it)."""
+        expected = self.config.get("server")
+        if expected is None or (server == expected and not self.config.get("server_gone")):
+            return False
+        address = "localhost:5037" if server == "default" else server
+        print(
+            "* cannot start server on remote host\nerror: cannot connect to daemon at "
+            f"tcp:{address}: failed to connect to '{address}': Connection refused",
+            file=sys.stderr,
+        )
+        return True
 
     def gone(self, calls: int) -> bool:
         lose = self.config.get("lose_after_calls")
@@ -112,10 +140,16 @@ class Double:
     # -- commands --------------------------------------------------------------------------
 
     def main(self, argv: list[str]) -> int:
-        serial = None
-        if argv[:1] == ["-s"]:
-            serial, argv = argv[1], argv[2:]
-        calls = self.count_call()
+        given = {}
+        while argv[:1] in (["-s"], ["-H"], ["-P"]):  # adb's global options, before the command
+            given[argv[0]], argv = argv[1], argv[2:]
+        serial = given.get("-s")
+        server = "default"
+        if "-H" in given or "-P" in given:
+            server = f"{given.get('-H', 'localhost')}:{given.get('-P', '5037')}"
+        calls = self.count_call(server)
+        if self.unreachable(server):
+            return 1
         gone = self.gone(calls)
         if argv[:1] == ["devices"]:
             print("List of devices attached")

@@ -17,9 +17,9 @@ What the shell is asked and answers (device facts, the command line) is in
 :mod:`~pytest_sme2.devices.android_bundle`, the kernels a Debug runner logs are kept by
 :class:`~pytest_sme2.devices.kernel_log.KernelLogs`.
 
-Everything that can go wrong on a phone — no such device, a runner crash, the USB cable — fails
-the test with a one-line :class:`RunnerError` naming what happened and a file holding the device
-log (``logcat``).
+Everything that can go wrong on a phone — no such device, its adb server gone (a lab host's:
+``server=``), a runner crash, the USB cable — fails the test with a one-line :class:`RunnerError`
+naming what happened and a file holding the device log (``logcat``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from pytest_sme2.cache import content_key
-from pytest_sme2.devices.adb import Adb, tail
+from pytest_sme2.devices.adb import SERIAL_ENV, SERVER_OPTION, Adb, AdbServer, tail
 from pytest_sme2.devices.android_bundle import (
     NDK_ENV,
     build_android_shim,
@@ -72,7 +72,6 @@ from pytest_sme2.runner.invoke import (
 from pytest_sme2.runner.kernel_libraries import refuse_without_kernels
 
 DEFAULT_DEVICE_DIR = "/data/local/tmp/pytest-sme2"
-SERIAL_ENV = "ANDROID_SERIAL"
 
 LOGCAT_NAME = "logcat.txt"
 RUNNER_PID_NAME = "runner.pid"
@@ -98,8 +97,7 @@ class AndroidDevice(Device):
     def __init__(
         self,
         *,
-        serial: str | None = None,
-        adb: str = "adb",
+        adb: Adb | None = None,
         device_dir: str = DEFAULT_DEVICE_DIR,
         cpu_mask: str | None = None,
         runner_on: Path | None = None,
@@ -107,9 +105,10 @@ class AndroidDevice(Device):
         shim: Path | None = None,
         ndk: Path | None = None,
     ) -> None:
-        """``shim`` is a prebuilt arm64 ``hide_sme.so``; without it and without ``runner_off``
-        it is built with ``ndk`` (default ``$ANDROID_NDK``) when there is one."""
-        self.adb = Adb(adb, serial)
+        """``adb`` reaches the phone (default: ``adb`` to the only device adb's own server
+        lists). ``shim`` is a prebuilt arm64 ``hide_sme.so``; without it and without
+        ``runner_off`` it is built with ``ndk`` (default ``$ANDROID_NDK``) when there is one."""
+        self.adb = adb or Adb()
         self.device_dir = PurePosixPath(device_dir)
         self.cpu_mask = check_cpu_mask(cpu_mask) if cpu_mask else None
         self.runner_on = runner_on
@@ -131,6 +130,7 @@ class AndroidDevice(Device):
     spec_keys: ClassVar[Mapping[str, str]] = {
         "serial": "sme2_adb_serial",
         "adb": "sme2_adb",
+        "server": "sme2_adb_server",
         "dir": "sme2_android_dir",
         "cpu-mask": "sme2_cpu_mask",
         **RUNNER_SPEC_KEYS,
@@ -145,6 +145,13 @@ class AndroidDevice(Device):
             help=f"android: the device's serial (default: ${SERIAL_ENV}, else the only device)",
         )
         add("--sme2-adb", dest="sme2_adb", default=None, help="android: adb binary (default: adb)")
+        add(
+            SERVER_OPTION,
+            dest="sme2_adb_server",
+            default=None,
+            help="android: HOST:PORT of the adb server the phone is plugged into, e.g. a lab "
+            "machine's (default: $ADB_SERVER_SOCKET, else adb's own localhost:5037)",
+        )
         add(
             "--sme2-android-dir",
             dest="sme2_android_dir",
@@ -161,10 +168,13 @@ class AndroidDevice(Device):
 
     @classmethod
     def from_options(cls, get: OptionGetter) -> AndroidDevice:
-        on, off = get("sme2_runner_on"), get("sme2_runner_off")
+        on, off, server = get("sme2_runner_on"), get("sme2_runner_off"), get("sme2_adb_server")
         return cls(
-            serial=get("sme2_adb_serial") or os.environ.get(SERIAL_ENV) or None,
-            adb=get("sme2_adb") or "adb",
+            adb=Adb(
+                get("sme2_adb") or "adb",
+                serial=get("sme2_adb_serial") or os.environ.get(SERIAL_ENV) or None,
+                server=AdbServer.parse(server) if server else None,
+            ),
             device_dir=get("sme2_android_dir") or DEFAULT_DEVICE_DIR,
             cpu_mask=get("sme2_cpu_mask"),
             runner_on=Path(on).expanduser() if on else None,
@@ -187,24 +197,7 @@ class AndroidDevice(Device):
     def prepare(self) -> None:
         if self._facts is not None:
             return
-        attached = self.adb.attached()
-        ready = sorted(serial for serial, state in attached.items() if state == "device")
-        if self.serial is None:
-            if len(ready) != 1:
-                listed = ", ".join(f"{s} ({state})" for s, state in attached.items()) or "none"
-                raise ConfigError(
-                    f"--sme2-adb-serial is needed: adb lists {listed}; pass the serial or set "
-                    f"{SERIAL_ENV}"
-                )
-            self.adb.serial = ready[0]
-        elif self.serial not in ready:
-            state = attached.get(self.serial)
-            raise RunnerError(
-                f"android device {self.serial} is "
-                + (f"{state}, not ready" if state else "not attached")
-                + f" (`{self.adb.program} devices` lists: {', '.join(attached) or 'nothing'}); "
-                "check the cable and authorise this computer on the phone"
-            )
+        self.adb.serial = self.adb.ready_serial()
         if self.runner_on is None:
             raise ConfigError(
                 "the android device needs --sme2-runner-on: sme2_runner built for Android "
@@ -264,6 +257,7 @@ class AndroidDevice(Device):
         }
         fingerprint = {
             "serial": self.serial or "",
+            "adb_server": self.adb.server_name,
             **facts.properties,
             "cpu_features": " ".join(sorted(f for f in facts.features if "sme" in f)) or "no SME",
             **machine_class,
@@ -309,7 +303,7 @@ class AndroidDevice(Device):
         result = self.adb.run_killable(command, remote_dir / RUNNER_PID_NAME, timeout)
         log = result.stdout + result.stderr
         save_log(workdir, log)
-        shown = (self.adb.program, "-s", self.serial or "", "shell", command)
+        shown = self.adb.command("shell", command)
         if result.returncode != 0:
             said = result.stderr or result.stdout
             self._fail_run(result.returncode, said, shlex.join(shown), workdir)
@@ -352,8 +346,7 @@ class AndroidDevice(Device):
 
     def _fail_run(self, code: int, said: str, shown: str, workdir: Path) -> None:
         """Raise the RunnerError for a failed remote run, with the device log saved beside it."""
-        if code == 255:  # adb's own failure, not the runner's exit status
-            self.adb.raise_if_lost(tail(said))
+        self.adb.raise_if_adb_failed(code, said)
         logcat = self.adb("logcat", "-d", "-t", str(_LOGCAT_LINES), check=False)
         log_path = workdir / LOGCAT_NAME
         log_path.write_text(logcat.stdout)

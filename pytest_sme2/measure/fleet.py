@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from pytest_sme2.devices.base import Device, MachineInfo, OptionGetter
 from pytest_sme2.devices.spec import DeviceSpec
-from pytest_sme2.errors import DeviceLost
+from pytest_sme2.errors import ConfigError, DeviceLost
 from pytest_sme2.measure.settle import MachineSpeed
 
 
@@ -31,11 +31,15 @@ class Fleet:
 
     def device(self, spec: DeviceSpec) -> Device:
         """The prepared device of ``spec``. Raises DeviceLost once it is lost, and the error of
-        its preparation (a phone not attached, a Mac that is not one) for each of its cases."""
+        its preparation (a phone not attached, a Mac that is not one) for each of its cases; a
+        bad option value is a ConfigError that starts with the spec."""
         if spec in self._lost:
             raise DeviceLost(f"{spec.id} was lost earlier in this session: {self._lost[spec]}")
         if spec not in self._devices:
-            device = spec.kind.from_options(spec.getter(self._flags))
+            try:
+                device = spec.kind.from_options(spec.getter(self._flags))
+            except ConfigError as err:  # a spec's value, or the flag it defaults to: name both
+                raise ConfigError(f"{spec.id}: {err}") from None
             device.spec_id = spec.id
             with self.using(spec):
                 device.prepare()

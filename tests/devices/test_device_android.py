@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from pytest_sme2.analysis.trace import read_etdump
+from pytest_sme2.devices.adb import Adb
 from pytest_sme2.devices.android import AndroidDevice
 from pytest_sme2.devices.android_bundle import (
     elf_dependencies,
@@ -33,7 +34,7 @@ from pytest_sme2.records.device import Variant
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import Executions, RunnerCall, run_runner
 from pytest_sme2.runner.tensors import read_tensors
-from tests.adb_double import configure, install
+from tests.adb_double import configure, install, servers_seen
 from tests.measurements import measure_toy_cnn
 from tests.processes import processes_mentioning
 
@@ -310,13 +311,20 @@ def test_a_device_unplugged_while_pushing_is_named(
         _device(adb, host_runner).prepare()
 
 
-def test_a_serial_that_is_not_attached_is_named(
-    phone: tuple[Path, Path], host_runner: Path
+def test_a_serial_that_is_not_attached_is_named_with_the_server_adbs_environment_names(
+    phone: tuple[Path, Path], host_runner: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    adb, _ = phone
+    """adb reads ADB_SERVER_SOCKET itself: no -H/-P is passed, and the message names it."""
+    adb, root = phone
+    monkeypatch.setenv("ADB_SERVER_SOCKET", "tcp:lab-host:5037")
     device = _device(adb, host_runner, sme2_adb_serial="emulator-5554")
-    with pytest.raises(RunnerError, match=f"emulator-5554 is not attached.*lists: {SERIAL}"):
+    with pytest.raises(RunnerError) as failure:
         device.prepare()
+    assert str(failure.value).startswith(
+        "adb server lab-host:5037 (ADB_SERVER_SOCKET) has no android device emulator-5554: it "
+        f"lists {SERIAL} (device); "
+    )
+    assert set(servers_seen(root)) == {"default"}
 
 
 def test_missing_runner_and_adb_are_configuration_errors(
@@ -326,7 +334,7 @@ def test_missing_runner_and_adb_are_configuration_errors(
     with pytest.raises(ConfigError, match="--sme2-runner-on"):
         AndroidDevice.from_options({"sme2_adb": str(adb)}.get).prepare()
     with pytest.raises(ConfigError, match="--sme2-adb"):
-        AndroidDevice(adb=str(tmp_path / "no-adb"), runner_on=tmp_path).prepare()
+        AndroidDevice(adb=Adb(str(tmp_path / "no-adb")), runner_on=tmp_path).prepare()
 
 
 def test_sme2_on_and_off_on_a_phone_with_sme2(
@@ -343,7 +351,7 @@ def test_sme2_on_and_off_on_a_phone_with_sme2(
         qemu=qemu,
     )
     runner = build_runner("aarch64", executorch_dir=qemu_toolchain.executorch_dir)
-    device = AndroidDevice(adb=str(adb), runner_on=runner, shim=qemu_toolchain.shim)
+    device = AndroidDevice(adb=Adb(str(adb)), runner_on=runner, shim=qemu_toolchain.shim)
     device.prepare()
     info = device.info()
     assert info.has_sme2 and info.variants == (Variant.ON, Variant.OFF)
