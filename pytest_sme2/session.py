@@ -269,10 +269,7 @@ class Sme2Session:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Take the test's outcome before any reporter announces the test: a session stopped
-        (Ctrl-C, CI's SIGTERM) the moment its terminal said PASSED still reports that case. Last
-        in pluggy's order, as it was, the terminal wrote PASSED first — and a SIGTERM sent on
-        seeing it, on a busy machine, left the case out of report.md."""
+        """The outcome, before any reporter announces the test (or a SIGTERM on PASSED lost it)."""
         progress.terminal_written()  # the terminal reporter writes this report's letter
         payload = getattr(report, "sme2_outcome", None)
         if payload is not None and not self.worker:
