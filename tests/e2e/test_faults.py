@@ -184,7 +184,7 @@ FAULT_SENTENCES = {
     "empty_timings": r"\S+/timings\.json: runner timings unreadable \(Expecting value.*",
     "bad_timings": r"\S+/timings\.json: runner timings unreadable \(.*",
     "shape": r"\S+/outputs\.tensors: the outputs do not fit the program: output 0 has shape "
-    r"\(1, 1\), eager PyTorch's is \(1, 8\)",
+    r"\(1, 1\), eager PyTorch's is \(1, 16\)",
 }
 
 
