@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +18,7 @@ from pytest_sme2.judge.baseline import Tolerances, from_measurement
 from pytest_sme2.judge.baseline_update import merge
 from pytest_sme2.judge.expectations import Expectations
 from pytest_sme2.judge.gates import judge
-from pytest_sme2.judge.kernel_families import KEY
+from pytest_sme2.judge.kernel_families import KEY, family_diff
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Status, Verdict
 from tests.measurements import PF32_MOPA, counted_measurement, kernel_measurement
@@ -27,6 +29,7 @@ LHS_PACK = "kai_run_lhs_pack_f32p2vlx1_f32_sme"
 XNNPACK_CODE = "[libexecutorch_backend_xnnpack.so]"
 FC_PF32, FC_F32 = "Fully Connected (NC, PF32) GEMM", "Fully Connected (NC, F32) GEMM"
 BMM_PF32 = "Batch Matrix Multiply (NC, PF32) GEMM"
+PREFILL = Path(__file__).parents[2] / "baselines" / "qemu-sme2" / "tiny_llama_prefill-fp32.json"
 
 
 def prefill(last: tuple[str, str] = (FC_PF32, PF32_MLA)) -> Measurement:
@@ -106,6 +109,21 @@ def test_a_baseline_without_families_is_not_judged_and_an_update_records_them() 
     # a device that counts no kernels per operator: nothing to judge, nothing stored
     uncounted = judge(counted_measurement(), old, Expectations(), TOL)
     assert not any(v.gate.startswith("kernel-family") for v in uncounted)
+
+
+def test_the_committed_prefill_baseline_fails_an_edit_of_one_layers_family() -> None:
+    """tiny_llama_prefill fp32 as qemu-sme2 recorded it: 14 fully connected layers on the SME2
+    outer-product GEMM, one (a single row) on the SME2 MLA one; that layer moved to NEON fails,
+    an unchanged copy passes."""
+    stored = store.load(PREFILL)
+    assert stored is not None
+    on = stored.variants["sme2-on"]
+    assert on.operator_kernel_families[FC_PF32] == {"SME2 MOPA": 14, "SME2 MLA": 1}
+    assert family_diff(on, replace(on)) == []
+    edited = {**on.operator_kernel_families, FC_PF32: {"SME2 MOPA": 14, "NEON": 1}}
+    assert family_diff(on, replace(on, operator_kernel_families=edited)) == [
+        f"{FC_F32}: SME2 MOPA ×14 · SME2 MLA ×1 → SME2 MOPA ×14 · NEON ×1"
+    ]
 
 
 @pytest.mark.parametrize("families", [{"X": {"SME3": 1}}, {"X": {"NEON": 0}}, {"X": ["NEON"]}])
