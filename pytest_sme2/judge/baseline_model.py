@@ -127,6 +127,10 @@ class VariantBaseline:
     #: the SME2 kernels that ran in it, sorted; what shows a library update changing the
     #: kernel selection (an SME2 kernel replaced by a NEON one), by name
     operator_sme2_kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: where the device counts kernels per operator (qemu-sme2): operator kind (portable name) →
+    #: kernel family (``SME2 MOPA``, ``NEON``…) → its operators per inference; what shows a
+    #: layer moved from SME2's outer products to its one-row kernel, or to NEON
+    operator_kernel_families: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: the scalar quantities of the variant (init instructions, planned memory, …)
     figures: Figures = field(default_factory=dict)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pytest_sme2.judge.counted import COUNTED
 from pytest_sme2.judge.gate import Gate
+from pytest_sme2.judge.kernel_families import KERNEL_FAMILIES
 from pytest_sme2.judge.kernel_selection import KERNEL_SELECTION
 from pytest_sme2.judge.label_gate import LABEL
 from pytest_sme2.judge.latency import CALIBRATION, LATENCY
@@ -40,7 +41,7 @@ from pytest_sme2.judge.time_gates import AGAINST_TIME_RECORD
 
 #: The compound parts of a variant's portable part, of a variant's times and of a time record,
 #: in the order an update lists their changes.
-VARIANT_PARTS = (STRUCTURE, KERNEL_SELECTION, COUNTED)
+VARIANT_PARTS = (STRUCTURE, KERNEL_SELECTION, KERNEL_FAMILIES, COUNTED)
 TIME_PARTS = (LATENCY, SHARES)
 RECORD_PARTS = (SPEEDUP, CALIBRATION)
 
@@ -80,6 +81,7 @@ class Quantities:
             PARITY,
             STRUCTURE,
             KERNEL_SELECTION,
+            KERNEL_FAMILIES,
             AGAINST_TIME_RECORD,
         )
 

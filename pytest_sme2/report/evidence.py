@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pytest_sme2.analysis.kernel_families import by_unpacked_kind, families_by_kind, families_text
 from pytest_sme2.analysis.kernel_names import readable
 from pytest_sme2.analysis.kernels import ROLES, kernel_role, kernels_by_kind
 from pytest_sme2.analysis.ops import parse_op_name
@@ -55,9 +56,12 @@ def kernel_table(m: Measurement) -> Table | None:
     """The kernel view: for the top operators (of the headline variant, matched across
     variants by ``OpName.unpacked_key``), the functions that executed in them with their share of
     the operator's instructions, SME2-off beside SME2-on ("—": it did not run there); a first
-    row per operator splits it by role (:data:`pytest_sme2.analysis.kernels.ROLES`). None where no
-    variant has kernels per operator (only qemu-sme2 counts them)."""
+    row per operator splits it by role (:data:`pytest_sme2.analysis.kernels.ROLES`), a second
+    says the kernel family of its operators (:mod:`pytest_sme2.analysis.kernel_families`, what
+    the ``kernel-family`` gate judges). None where no variant has kernels per operator (only
+    qemu-sme2 counts them)."""
     kinds: dict[Variant, dict[str, dict[str, int]]] = {}
+    families: dict[Variant, dict[str, dict[str, int]]] = {}
     for variant in ordered_variants(m):
         evidence = m.variants[variant].evidence
         if evidence is not None and evidence.operator_kernels:
@@ -65,6 +69,7 @@ def kernel_table(m: Measurement) -> Table | None:
                 parse_op_name(kind).unpacked_key: functions
                 for kind, functions in kernels_by_kind(evidence.operator_kernels).items()
             }
+            families[variant] = by_unpacked_kind(families_by_kind(evidence.operator_kernels))
     if not kinds:
         return None
     shown = list(kinds)
@@ -90,23 +95,31 @@ def kernel_table(m: Measurement) -> Table | None:
                 ),
             )
         )
-        # each variant's largest functions, largest first
-        ranked: dict[str, float] = {}
-        for functions in per_variant:
-            total = sum(functions.values())
-            for name, count in list(functions.items())[:KERNEL_VIEW_KERNELS]:
-                ranked[name] = max(ranked.get(name, 0.0), count / total)
-        for name in sorted(ranked, key=lambda n: -ranked[n]):
+        if any(key in families[v] for v in shown):
             rows.append(
-                (
-                    "",
-                    readable(name),
-                    kernel_role(name),
-                    *(_share_of(f, [name]) if name in f else "—" for f in per_variant),
-                )
+                ("", "kernel family", "", *(families_text(families[v].get(key, {})) for v in shown))
             )
+        rows += _kernel_rows(per_variant)
     headers = ("operator", "kernel", "role", *(f"{v} share of operator" for v in shown))
     return Table(headers, tuple(rows))
+
+
+def _kernel_rows(per_variant: Sequence[Mapping[str, int]]) -> list[tuple[str, ...]]:
+    """One operator's largest functions in each variant, largest first, with their shares."""
+    ranked: dict[str, float] = {}
+    for functions in per_variant:
+        total = sum(functions.values())
+        for name, count in list(functions.items())[:KERNEL_VIEW_KERNELS]:
+            ranked[name] = max(ranked.get(name, 0.0), count / total)
+    return [
+        (
+            "",
+            readable(name),
+            kernel_role(name),
+            *(_share_of(f, [name]) if name in f else "—" for f in per_variant),
+        )
+        for name in sorted(ranked, key=lambda n: -ranked[n])
+    ]
 
 
 def _share_of(functions: Mapping[str, int], names: Sequence[str]) -> str:

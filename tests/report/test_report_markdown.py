@@ -275,7 +275,7 @@ def test_the_kernel_view_shows_each_top_operators_kernels_off_beside_on() -> Non
         "sme2-off share of operator",
         "sme2-on share of operator",
     )
-    summary, *kernels = table.rows
+    summary, family, *kernels = table.rows
     assert summary == (
         "Convolution (NHWC, PF32) IGEMM",
         "packing · compute · other · no symbol",
@@ -283,6 +283,8 @@ def test_the_kernel_view_shows_each_top_operators_kernels_off_beside_on() -> Non
         "0.0% · 0.0% · 1.0% · 99.0%",
         "60.0% · 30.0% · 0.0% · 10.0%",
     )
+    # the family of each variant's operators: its largest compute kernel's, none named off
+    assert family == ("", "kernel family", "", "unnamed ×1", "SME2 MOPA ×1")
     assert kernels == [
         ("", XNNPACK_CODE, "no symbol", "99.0%", "10.0%"),
         ("", PACK, "packing", "—", "60.0%"),
@@ -291,6 +293,7 @@ def test_the_kernel_view_shows_each_top_operators_kernels_off_beside_on() -> Non
     ]
     report = case_report(m, ())
     assert f"## {evidence.KERNEL_VIEW_TITLE}" in report and MOPA in report
+    assert "SME2 MOPA ×1" in report
     # no kernels per operator (any device but qemu-sme2): no kernel view
     assert evidence.kernel_table(counted_measurement()) is None
     assert evidence.KERNEL_VIEW_TITLE not in case_report(counted_measurement(), ())
