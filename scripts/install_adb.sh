@@ -3,17 +3,8 @@
 # says when its server is gone, empty or lacks a serial is matched against adb itself). Debian's
 # `adb` package; does nothing when an adb is on PATH. Elsewhere (a Mac), Android platform-tools.
 set -euo pipefail
-if command -v adb >/dev/null 2>&1; then
-    exit 0
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
+if ! command -v adb >/dev/null 2>&1 && ! command -v apt-get >/dev/null 2>&1; then
     echo "adb is missing: install Android platform-tools (macOS: brew install android-platform-tools)" >&2
     exit 1
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends adb >/dev/null
-command -v adb >/dev/null
+exec bash "$(dirname "$0")/apt_install.sh" adb
