@@ -112,7 +112,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "loss-tolerance",
-        "10",
+        f"{LOSS_TOLERANCE_PERCENT:g}",
         "% an operator may cost more with SME2 on than off (instructions on emulated devices, "
         "every traced run's time elsewhere) before the sme2-losses gate fails; off: not judged",
     ),
