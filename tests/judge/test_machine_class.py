@@ -51,7 +51,8 @@ def test_time_records_are_kept_and_judged_per_machine_class(tmp_path: Path) -> N
         return on_other_cpu(measured(label))
 
     recorder = case_check(tmp_path, Policy(TOL, update=True), measured)
-    recorder.check(measured("record-a"))
+    recorded_a = measured("record-a")
+    recorder.check(recorded_a)
     path = recorder.path
     (class_a,) = json.loads(path.read_text())["machines"]
     record_a = json.loads(path.read_text())["machines"][class_a]
@@ -82,7 +83,11 @@ def test_time_records_are_kept_and_judged_per_machine_class(tmp_path: Path) -> N
     assert machines[class_a] == record_a  # parsed back exactly: the same bytes, sorted keys
 
     def slower(label: str) -> Measurement:
-        return slowed(measured(label))
+        # the recorded measurement itself, a third slower: a record taken while the other xdist
+        # worker slowed the model more than the reference (seen in 2 of 4 warm .ci/run) made a
+        # fresh measurement x1.3 look no slower than it, and this test's subject is the record
+        # kept per class, not the machine's noise (tests/session/test_case_judging.py has that)
+        return slowed(recorded_a)
 
     regressed = case_check(tmp_path, Policy(TOL), slower).check(slower("slowed-a"))
     assert regressed.failure is not None
