@@ -65,7 +65,8 @@ _WHEEL_PLATFORM = "manylinux_2_28_aarch64"
 # under qemu (a ten-line guest program, under a second here), compiling two small C files, apt's
 # package lists, and a download (qemu-user's .deb, the ~100 MB aarch64 executorch wheel) or a
 # package installation.
-_PROBE_TIMEOUT_S = 30
+#: (Public: the test of a hung probe sets it to seconds rather than wait for 30.)
+PROBE_TIMEOUT_S = 30
 #: Seconds provisioning runs before it says which step it is at: a provisioned cache answers in
 #: well under that; a fresh machine spends minutes on apt and downloads (``progress``).
 PROVISION_QUIET_S = 3.0
@@ -365,7 +366,7 @@ def _verify_qemu(qemu: Path, shim: Path, probe: Path, *, fix: str, error: type[S
 
 
 def _probe(command: Sequence[str]) -> Hwcaps:
-    output = _run(list(command), "the hwcap probe under qemu", _PROBE_TIMEOUT_S)
+    output = _run(list(command), "the hwcap probe under qemu", PROBE_TIMEOUT_S)
     try:
         hwcap, hwcap2 = (int(word, 16) for word in output.split())
     except ValueError as err:
