@@ -42,6 +42,17 @@ def qemu_device() -> QemuSme2Device:
 
 
 @pytest.fixture(scope="session")
+def stored_qemu_device() -> QemuSme2Device:
+    """The qemu-sme2 device as a session builds it: a variant counted before (by a test, or by the
+    example suite on qemu-sme2 in the same cache) is read back from the store, whose key holds
+    everything a count is a function of. For tests of what a count *shows* (shares, kernels),
+    not of counting itself; those take :func:`qemu_device`."""
+    prepared = QemuSme2Device.from_options(lambda _: None)
+    prepared.prepare()
+    return prepared
+
+
+@pytest.fixture(scope="session")
 def llm_programs() -> Path:
     """The two programs ExecuTorch's LLM exporter made (:mod:`tests.llm_programs`): exported
     once per exporter version, in the shared cache."""

@@ -174,13 +174,13 @@ def test_info_says_what_emulation_can_and_cannot_prove(qemu_device: QemuSme2Devi
 
 @pytest.mark.parametrize("dtype", ["fp32", "int8-dynamic"])
 def test_sme2_on_runs_sme2_kernels_and_fewer_instructions(
-    qemu_device: QemuSme2Device, dtype: str, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, dtype: str, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn"), dtype)
-    on = qemu_device.evidence(
+    on = stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "on", variant=Variant.ON)
     )
-    off = qemu_device.evidence(
+    off = stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "off", variant=Variant.OFF)
     )
     assert on.source == off.source == EVIDENCE_SOURCE
@@ -194,10 +194,10 @@ def test_sme2_on_runs_sme2_kernels_and_fewer_instructions(
 
 
 def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     plan = MeasurePlan(runs=1, warmup=0, rounds=1, traced_runs=1)
-    measured = measure_toy_cnn(qemu_device, plan, tmp_path)
+    measured = measure_toy_cnn(stored_qemu_device, plan, tmp_path)
     on, off = measured.variants[Variant.ON], measured.variants[Variant.OFF]
     assert on.profile.packed_operators and not off.profile.packed_operators
     assert on.outputs is not None and off.outputs is not None

@@ -46,13 +46,18 @@ def _per_operator(trace) -> dict[str, int]:
 
 
 def test_two_unchanged_runs_count_the_same_per_operator(
-    qemu_device: QemuSme2Device, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    qemu_device: QemuSme2Device,
+    stored_qemu_device: QemuSme2Device,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """To the instruction, init included, though the second run's directory name and the
     caller's environment are longer: both used to move libc's work in the runner by 10–200
-    instructions (paths on its heap, the environment on its stack)."""
+    instructions (paths on its heap, the environment on its stack). The first is as the store
+    has it (counted by an earlier session, or now), the second counted now: what the store
+    claims, one count for every session and directory."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    first = qemu_device.evidence(
+    first = stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON)
     )
     monkeypatch.setenv("SME2_TEST_PADDING", "x" * 77)
@@ -93,13 +98,17 @@ _EIGHT_CPU_HOST = (
     not _can_simulate_another_host(), reason="needs root and unshare to simulate another host"
 )
 def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
-    qemu_device: QemuSme2Device, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    qemu_device: QemuSme2Device,
+    stored_qemu_device: QemuSme2Device,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The guest's CPUs are a fixed view (``devices/guest_root.py``): on a host of 8 CPUs (and
-    qemu's /proc/cpuinfo of 8 entries) init and inference count what they count on this one.
-    Without the view, init moved by 500 instructions and the inference by 10."""
+    qemu's /proc/cpuinfo of 8 entries) init and inference count what they count on this one
+    (as the store has it, counted here). Without the view, init moved by 500 instructions and
+    the inference by 10."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    here = qemu_device.evidence(
+    here = stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "here", variant=Variant.ON)
     )
     online, kernel_max = tmp_path / "online", tmp_path / "kernel_max"
@@ -153,11 +162,11 @@ def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
 
 
 def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model("toy_cnn").for_emulation(), "int8")
     for variant in (Variant.ON, Variant.OFF):
-        evidence = qemu_device.evidence(
+        evidence = stored_qemu_device.evidence(
             evidence_request(artifact.pte, artifact.inputs, tmp_path / variant, variant=variant)
         )
         assert evidence.instruction_trace is not None
@@ -173,13 +182,15 @@ def test_operators_sum_to_no_more_than_e2e_and_other_is_the_rest(
 
 @pytest.mark.parametrize("model", ["toy_cnn", "squeezesam_like"])
 def test_instruction_shares_are_as_committed(
-    qemu_device: QemuSme2Device, model: str, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, model: str, tmp_path: Path
 ) -> None:
-    """Deterministic: the shares measured now equal the committed ones to their stored digits."""
+    """Deterministic: the shares measured now equal the committed ones to their stored digits.
+    (Counted once per cache: the example suite on qemu-sme2 counts the same variants, under the
+    same key.)"""
     artifact = export_model(get_model(model).for_emulation(), "fp32")
     stored = json.loads((REPO / "baselines" / "qemu-sme2" / f"{model}-fp32.json").read_text())
     for variant in (Variant.ON, Variant.OFF):
-        evidence = qemu_device.evidence(
+        evidence = stored_qemu_device.evidence(
             evidence_request(artifact.pte, artifact.inputs, tmp_path / variant, variant=variant)
         )
         assert evidence.instruction_trace is not None

@@ -39,12 +39,12 @@ from tests.measurements import variant as variant_measurement
     ("model", "dtype"), [("toy_cnn", "fp32"), ("toy_cnn", "int8"), ("vit_tiny", "fp32")]
 )
 def test_each_operators_kernels_sum_to_its_instructions_and_show_sme2_where_packed(
-    qemu_device: QemuSme2Device, model: str, dtype: str, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, model: str, dtype: str, tmp_path: Path
 ) -> None:
     artifact = export_model(get_model(model).for_emulation(), dtype)
     packed_on = 0
     for variant in (Variant.ON, Variant.OFF):
-        evidence = qemu_device.evidence(
+        evidence = stored_qemu_device.evidence(
             evidence_request(artifact.pte, artifact.inputs, tmp_path / variant, variant=variant)
         )
         assert evidence.instruction_trace is not None
@@ -75,11 +75,11 @@ def test_each_operators_kernels_sum_to_its_instructions_and_show_sme2_where_pack
 
 
 def test_a_packed_convolution_shows_its_packing_beside_its_matmul(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     """The kernel view's point: data movement hidden inside a "Convolution" is counted."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    evidence = qemu_device.evidence(
+    evidence = stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path, variant=Variant.ON)
     )
     convolutions = [
@@ -119,27 +119,27 @@ MLP = ModelSpec(
 )
 
 
-def _mlp_measured(qemu_device: QemuSme2Device, dtype: str, workdir: Path) -> Measurement:
+def _mlp_measured(device: QemuSme2Device, dtype: str, workdir: Path) -> Measurement:
     """The MLP's SME2-on and -off inferences as qemu-sme2 counts them (profiles in
     instructions), without the timing runs a full measurement adds."""
     artifact = export_model(MLP, dtype)
     variants = {}
     for v in (Variant.ON, Variant.OFF):
-        evidence = qemu_device.evidence(
+        evidence = device.evidence(
             evidence_request(artifact.pte, artifact.inputs, workdir / v, variant=v)
         )
         assert evidence.instruction_trace is not None
         counted = profile(evidence.instruction_trace, unit=INSTRUCTIONS)
         variants[v] = replace(variant_measurement(v, (), (1.0,), evidence), profile=counted)
-    return Measurement("gemm_mlp", dtype, 1, qemu_device.info(), variants, interleaved=True)
+    return Measurement("gemm_mlp", dtype, 1, device.info(), variants, interleaved=True)
 
 
 def test_8da4w_layers_run_neon_with_sme2_on_and_fail_require_sme2_kernels(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     """ExecuTorch 1.5.1 has no SME2 kernel for QB4W weights: the report says so once, and the
     gate fails with that sentence."""
-    m = _mlp_measured(qemu_device, "8da4w", tmp_path)
+    m = _mlp_measured(stored_qemu_device, "8da4w", tmp_path)
     on = m.variants[Variant.ON].evidence
     assert on is not None and not on.sme2_kernels
     kinds = {parse_op_name(op.name).key for op in on.operator_kernels}
@@ -158,11 +158,11 @@ def test_8da4w_layers_run_neon_with_sme2_on_and_fail_require_sme2_kernels(
 
 
 def test_int8_dynamic_layers_take_the_sme2_path_under_a_qp8_name(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     """The name says nothing (``QP8`` on NEON too); the kernels do, and so does the report:
     no "did not take the SME2 path" sentence, and the input packing SME2 left behind."""
-    m = _mlp_measured(qemu_device, "int8-dynamic", tmp_path)
+    m = _mlp_measured(stored_qemu_device, "int8-dynamic", tmp_path)
     assert not m.variants[Variant.ON].profile.packed_operators
     verdict = next(
         v

@@ -513,9 +513,10 @@ def test_a_qemu_that_hangs_on_every_call_fails_preparing_naming_the_probe_at_its
 ) -> None:
     """It answers --version and hangs on anything else, the hwcap probe included: the device
     fails to prepare at the probe's own deadline (30 s; 2 s here, which the probe never needs
-    once the device is prepared), not the 900 s of a build, naming it in one line. (Its case then fails with that line, as every device error of a case does
-    through ``session.or_fail``: the faulty qemu's session above; test_fleet: auto's emulated
-    device, which the user did not name, is skipped saying why.)"""
+    once the device is prepared), not the 900 s of a build, naming it in one line. (Its case
+    then fails with that line, as every device error of a case does through
+    ``session.or_fail``: the faulty qemu's session above; test_fleet: auto's emulated device,
+    which the user did not name, is skipped saying why.)"""
     marker = "3600.5734"
     real = qemu_device.guest.toolchain.qemu
     wrapper = tmp_path / "qemu-aarch64"

@@ -62,9 +62,9 @@ def test_a_host_record_round_trips_exactly(dtype: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("dtype", ["fp32", "int8"])
 def test_a_qemu_record_round_trips_with_its_evidence(
-    dtype: str, qemu_device: QemuSme2Device, tmp_path: Path
+    dtype: str, stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
-    m = measured(qemu_device, dtype, tmp_path / "work")
+    m = measured(stored_qemu_device, dtype, tmp_path / "work")
     on = m.variants[Variant.ON]
     assert on.evidence is not None and on.evidence.sme2_kernels and on.profile.counts_instructions
     assert m.parity is not None and m.instruction_ratio is not None and m.comparison is not None
