@@ -80,6 +80,8 @@ class Lab:
         self.config = config
         #: why each worker went away, in one line (controller)
         self._errors: dict[str, str] = {}
+        #: the remote workers left out as the session started: they could not be reached
+        self.unreachable: dict[str, str] = {}
         #: each remote worker's history file here (controller)
         self._logs: dict[str, HistoryLog] = {}
         #: this remote worker's own directory, None elsewhere
@@ -123,12 +125,29 @@ class Lab:
             "html": str(Path(html).resolve()) if html else None,
         }
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
+        """Leave out the workers named for devices that cannot be reached (``lab.reach``):
+        their devices' cases fail, the others run."""
+        from pytest_sme2.lab.reach import unreachable
+
+        named = set(pinned_groups(config).values())
+        for spec in [spec for spec in specs if spec.id in named and not spec.popen]:
+            why = unreachable(spec)
+            if why is not None:
+                self.unreachable[spec.id] = self._errors[spec.id] = why
+                specs.remove(spec)
+
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         from pytest_sme2.lab.schedule import PinnedScheduling
 
         pinned = pinned_groups(config)
-        return PinnedScheduling(config, log, pinned, self._why) if pinned else None
+        if not pinned:
+            return None
+        scheduling = PinnedScheduling(config, log, pinned, self._why)
+        scheduling.numnodes -= len(self.unreachable)
+        return scheduling
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:

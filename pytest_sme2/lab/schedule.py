@@ -8,12 +8,13 @@ worker take it. Here each such device's cases (its xdist group, the spec: ``meas
 xdist_group``) go to the worker of that id, all at once, and every other case is dealt, a group
 or a test at a time, to the workers no device names (the local ones), as ``loadgroup`` deals.
 
-A named worker that goes away (its machine off, the gateway's process killed) cannot hand its
-cases to another: xdist fails the case it was running, and each case it had not started fails
-here in one line naming the device and the worker, while the other workers go on. xdist then
-replaces a crashed worker by a clone of its gateway's spec; a clone of a gateway whose server is
-gone would stop the whole session, so a lost remote worker is replaced by a local one (which
-takes the local cases still queued).
+A named worker that cannot be reached as the session starts is left out (``lab.reach``), and
+its devices' cases fail in one line each. A named worker that goes away (its machine off, the
+gateway's process killed) cannot hand its cases to another: xdist fails the case it was running,
+and each case it had not started fails here in one line naming the device and the worker, while
+the other workers go on. xdist then replaces a crashed worker by a clone of its gateway's spec;
+a clone of a gateway whose server is gone would stop the whole session, so a lost remote worker
+is replaced by a local one (which takes the local cases still queued).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class PinnedScheduling:
             self._split(self.collection)
             workers = {node.gateway.id for node in self._pending}
             for worker in [worker for worker in self._held if worker not in workers]:
-                self._fail(self._held.pop(worker), worker, "was never started")
+                self._fail(self._held.pop(worker), worker, f"was not there ({self._gone(worker)})")
         for node in self.nodes:
             self._feed(node)
 

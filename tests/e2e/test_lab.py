@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -121,27 +122,33 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     """``--tx popen --tx socket=…//id=lab`` with ``host,qemu-sme2:worker=lab``: the host's three
     cases run here, the emulated device's on the lab machine; its first case comes back whole
     (run directory, history record, a row of the one report), then the machine dies: its second
-    case and its third fail in one line each naming the device and the worker, the host's pass."""
+    case and its third fail in one line each naming the device and the worker, the host's pass.
+    A third machine, ``gone`` (a port nothing listens on), is not there as the session starts:
+    the device named for it fails its cases in one line each, and the session goes on."""
     monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     pytester.makeconftest(inner_conftest("one", "two", "three"))
     pytester.makepyfile(test_lab=INNER_TEST)
     pytester.makefile(".ini", pytest=INI)
     artifacts, history, junit = tmp_path / "artifacts", tmp_path / "history", tmp_path / "j.xml"
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--tx",
-        "popen",
-        "--tx",
-        f"socket=127.0.0.1:{lab_machine.port}//id=lab//chdir={lab_machine.checkout}",
-        "--sme2-device=host,qemu-sme2:worker=lab",
-        "--sme2-update-baselines",
-        f"--sme2-artifacts={artifacts}",
-        f"--sme2-history={history}",
-        f"--junitxml={junit}",
-        timeout=900,
-    )
-    result.assert_outcomes(passed=4, failed=2)
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        result = pytester.runpytest_subprocess(
+            "-p",
+            "no:cacheprovider",
+            "--tx",
+            "popen",
+            "--tx",
+            f"socket=127.0.0.1:{lab_machine.port}//id=lab//chdir={lab_machine.checkout}",
+            "--tx",
+            f"socket=127.0.0.1:{closed.getsockname()[1]}//id=gone",
+            "--sme2-device=host,qemu-sme2:worker=lab,host:worker=gone",
+            "--sme2-update-baselines",
+            f"--sme2-artifacts={artifacts}",
+            f"--sme2-history={history}",
+            f"--junitxml={junit}",
+            timeout=900,
+        )
+    result.assert_outcomes(passed=4, failed=5)
     ended = {}
     for case in ET.parse(junit).iter("testcase"):
         failure = case.find("failure")
@@ -157,6 +164,10 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     for model, tail in (("two", ") while running it"), ("three", ")")):
         said = ended[f"test_model[qemu-sme2:worker=lab-{model}-fp32]"]
         assert lost in said and said.rstrip('"').endswith(tail) and "\n" not in said, said
+    absent = "host:worker=gone: the xdist worker 'gone' that runs its cases was not there (cannot "
+    for model in ("one", "two", "three"):
+        said = ended[f"test_model[host:worker=gone-{model}-fp32]"]
+        assert absent in said and "Connection refused" in said and "\n" not in said, said
 
     # the lab's case came back: its run directory here (written there, in its own tmp)
     here = artifacts / "qemu-sme2@worker=lab" / "one-fp32"
