@@ -7,9 +7,10 @@ controller, and the lab machine dying mid-session fails only its cases, one line
 The "lab machine" is ``python -m execnet.script.socketserver`` started in another directory: a
 copy of the package and the project (its checkout), another ``SME2_CACHE_DIR`` (sharing only the
 provisioned qemu, runner builds and tools, as a lab machine set up once has them), another
-``TMPDIR``. The socket server runs each gateway in its own process, so the lab machine's conftest
-killing its own process as its second case starts is the machine going away. xdist's scheduling
-and a dying gateway are pytest wiring, so this is an inner session; it costs about 20 s.
+``TMPDIR``. The socket server runs the gateway in its own process, so the lab machine's
+conftest killing that process as its second case starts is the machine going away. xdist's
+scheduling and a dying gateway are pytest wiring, so this is an inner session: 32–49 s here,
+beside other work (load 5–7 on 2 cores).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             f"--sme2-artifacts={artifacts}",
             f"--sme2-history={history}",
             f"--junitxml={junit}",
+            f"--html={tmp_path / 'html' / 'report.html'}",
             timeout=900,
         )
     result.assert_outcomes(passed=4, failed=5)
@@ -185,6 +187,14 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     links = re.findall(r"\]\(([^)#]+)\)", report)
     assert any("qemu-sme2@worker=lab" in link for link in links)
     assert all((artifacts / link).exists() for link in links if "://" not in link), links
+    # and the HTML report's links to its files, made there, lead to the copies here
+    page = (tmp_path / "html" / "report.html").read_text()
+    href = r"href=\\&#34;([^&\\]*qemu-sme2@worker=lab/one-fp32/[^&\\]+)"  # pytest-html's JSON
+    made_there = set(re.findall(href, page))
+    assert made_there, page
+    for link in made_there:
+        target = (tmp_path / "html" / link).resolve()
+        assert target.is_relative_to(here) and target.exists(), link
     # its history record, in a file of the lab worker's, pointing here
     found = read_history(history)
     (record,) = [r for r in found.records if r.device == "qemu-sme2:worker=lab"]
