@@ -41,8 +41,11 @@ def pinned_groups(config: pytest.Config) -> dict[str, str]:
     from pytest_sme2.devices.kinds import DeviceKinds
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.measure.fleet import xdist_group
-    from pytest_sme2.settings import fleet_specs
+    from pytest_sme2.settings import FLEET_INI, fleet_specs
 
+    given = (config.getoption("sme2_device", None), config.getini(FLEET_INI))
+    if not any("worker=" in str(text or "") for text in (*given, config.getini("sme2_device"))):
+        return {}  # the common case, without parsing the fleet (a session may run no sme2 test)
     try:
         specs = fleet_specs(config.getoption, config.getini, DeviceKinds.from_hook(config.hook))
     except ConfigError:
@@ -53,13 +56,14 @@ def pinned_groups(config: pytest.Config) -> dict[str, str]:
 def check_workers(config: pytest.Config) -> None:
     """Every worker the fleet names is one of ``--tx``'s (``//id=ID``): a usage error naming the
     device and how to give the worker otherwise (its cases would run on a machine of another
-    kind, or on none)."""
+    kind, or on none). Not one, in a session without xdist's workers."""
     pinned = pinned_groups(config)
     if not pinned:
         return
     from execnet import XSpec
 
-    given = {XSpec(tx.partition("*")[2] or tx).id for tx in getattr(config.option, "tx", ())}
+    tx = getattr(config.option, "tx", None) or ()  # none without xdist: the cases would run here
+    given = {XSpec(spec.partition("*")[2] or spec).id for spec in tx}
     for device, worker in pinned.items():
         if worker not in given:
             raise pytest.UsageError(
@@ -224,7 +228,7 @@ def register(config: pytest.Config) -> None:
     remote = getattr(config, "workerinput", {}).get(REMOTE_KEY)
     if remote is not None:
         lab.own_directories(remote)
-    elif not hasattr(config, "workerinput") and getattr(config.option, "tx", None):
+    elif not hasattr(config, "workerinput"):
         check_workers(config)
 
 

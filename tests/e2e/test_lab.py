@@ -79,9 +79,9 @@ def lab_machine(tmp_path: Path) -> Iterator[LabMachine]:
     (checkout / "pytest.ini").write_text(INI)
     cache.mkdir()
     tmp.mkdir()
-    for provisioned in ("qemu-sme2", "runner", "tools"):
-        if (SHARED_CACHE / provisioned).exists():
-            (cache / provisioned).symlink_to(SHARED_CACHE / provisioned)
+    for provisioned in ("qemu-sme2", "runner", "tools"):  # provisioned there once, if not yet
+        (SHARED_CACHE / provisioned).mkdir(parents=True, exist_ok=True)
+        (cache / provisioned).symlink_to(SHARED_CACHE / provisioned)
     # and, as a machine that measured before, the reference workload exported (8 s here)
     for reference in SHARED_CACHE.glob("exports/sme2_reference-fp32-*[!k]"):
         shutil.copytree(reference, cache / "exports" / reference.name)
@@ -208,13 +208,16 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     assert sorted(p.name for p in (pytester.path / "baselines").iterdir()) == ["host"]
 
 
-def test_a_worker_no_tx_gives_is_a_usage_error_naming_the_device(pytester: pytest.Pytester) -> None:
-    """A fleet that names a worker ``--tx`` does not give stops before any gateway is opened."""
-    config = pytester.parseconfig(
-        "--tx", "popen", "--tx", "socket=lab:8888//id=lab", "--sme2-device=mac:worker=mini1,host"
-    )
+@pytest.mark.parametrize("tx", [("--tx", "popen", "--tx", "socket=lab:8888//id=lab"), ()])
+def test_a_worker_no_tx_gives_is_a_usage_error_naming_the_device(
+    pytester: pytest.Pytester, tx: tuple[str, ...]
+) -> None:
+    """A fleet that names a worker ``--tx`` does not give stops before any gateway is opened; so
+    does one in a session without xdist's workers (its Mac's cases would run here)."""
+    config = pytester.parseconfig(*tx, "--sme2-device=mac:worker=mini1,host")
     with pytest.raises(pytest.UsageError) as error:
         check_workers(config)
     assert str(error.value).startswith(
         "--sme2-device: mac:worker=mini1 names the xdist worker 'mini1', which no --tx gives"
     )
+    check_workers(pytester.parseconfig(*tx, "--sme2-device=mac,host"))  # none named: no error
