@@ -29,6 +29,7 @@ from pytest_sme2.records.outcome import CaseOutcome
 if TYPE_CHECKING:
     from collections.abc import Generator
 
+    from pytest_sme2.devices.spec import DeviceSpec
     from pytest_sme2.judge.history import HistoryLog
     from pytest_sme2.lab.shipping import Shipment
 
@@ -36,40 +37,54 @@ if TYPE_CHECKING:
 SHIPMENT_ATTR = "sme2_files"
 
 
-def pinned_groups(config: pytest.Config) -> dict[str, str]:
-    """Each device named for a worker: its xdist group (its spec) → the worker's id."""
+def _lab_fleet(config: pytest.Config) -> tuple[DeviceSpec, ...]:
+    """The fleet, where some device of it is named for a worker; else () (the common case, said
+    without parsing the fleet: a session may run no sme2 test)."""
     from pytest_sme2.devices.kinds import DeviceKinds
     from pytest_sme2.errors import ConfigError
-    from pytest_sme2.measure.fleet import xdist_group
     from pytest_sme2.settings import FLEET_INI, fleet_specs
 
     given = (config.getoption("sme2_device", None), config.getini(FLEET_INI))
     if not any("worker=" in str(text or "") for text in (*given, config.getini("sme2_device"))):
-        return {}  # the common case, without parsing the fleet (a session may run no sme2 test)
+        return ()
     try:
-        specs = fleet_specs(config.getoption, config.getini, DeviceKinds.from_hook(config.hook))
+        return fleet_specs(config.getoption, config.getini, DeviceKinds.from_hook(config.hook))
     except ConfigError:
-        return {}  # said once, when the tests are collected
-    return {xdist_group(spec) or spec.id: spec.worker for spec in specs if spec.worker}
+        return ()  # said once, when the tests are collected
+
+
+def pinned_groups(config: pytest.Config) -> dict[str, str]:
+    """Each device named for a worker: its xdist group (its spec) → the worker's id."""
+    from pytest_sme2.measure.fleet import xdist_group
+
+    fleet = _lab_fleet(config)
+    return {xdist_group(spec) or spec.id: spec.worker for spec in fleet if spec.worker}
 
 
 def check_workers(config: pytest.Config) -> None:
     """Every worker the fleet names is one of ``--tx``'s (``//id=ID``): a usage error naming the
     device and how to give the worker otherwise (its cases would run on a machine of another
     kind, or on none). Not one, in a session without xdist's workers."""
-    pinned = pinned_groups(config)
-    if not pinned:
+    fleet = _lab_fleet(config)
+    if not any(spec.worker for spec in fleet):
         return
     from execnet import XSpec
 
     tx = getattr(config.option, "tx", None) or ()  # none without xdist: the cases would run here
-    given = {XSpec(spec.partition("*")[2] or spec).id for spec in tx}
-    for device, worker in pinned.items():
-        if worker not in given:
+    given = [XSpec(spec.partition("*")[2] or spec).id for spec in tx]
+    for spec in fleet:
+        if spec.worker is not None and spec.worker not in given:
             raise pytest.UsageError(
-                f"--sme2-device: {device} names the xdist worker {worker!r}, which no --tx "
-                f"gives: add --tx socket=HOST:PORT//id={worker}//chdir=CHECKOUT (or ssh=…)"
+                f"--sme2-device: {spec.id} names the xdist worker {spec.worker!r}, which no --tx "
+                f"gives: add --tx socket=HOST:PORT//id={spec.worker}//chdir=CHECKOUT (or ssh=…)"
             )
+    named = {spec.worker for spec in fleet if spec.worker}
+    anywhere = [spec.id for spec in fleet if spec.worker is None]
+    if anywhere and all(id in named for id in given):
+        raise pytest.UsageError(
+            f"--sme2-device: {', '.join(anywhere)} run on the workers no device names, and every "
+            "--tx is named for one: add --tx popen"
+        )
 
 
 def _option_path(config: pytest.Config, dest: str) -> Path | None:

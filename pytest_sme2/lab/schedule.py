@@ -125,17 +125,32 @@ class PinnedScheduling:
         """Split the collection once (every worker collected the same tests), then give each
         worker what it may take; called again as a worker (a replacement) comes up."""
         if self.collection is None:
-            collections = list(self._collections.values())
-            if any(collection != collections[0] for collection in collections):
-                self.log("**Different tests collected, aborting run**")
+            if not self._same_collections():
                 return
-            self.collection = collections[0]
+            self.collection = next(iter(self._collections.values()))
             self._split(self.collection)
             workers = {node.gateway.id for node in self._pending}
             for worker in [worker for worker in self._held if worker not in workers]:
                 self._fail(self._held.pop(worker), worker, f"was not there ({self._gone(worker)})")
         for node in self.nodes:
             self._feed(node)
+
+    def _same_collections(self) -> bool:
+        """Every worker collected the same tests; else each difference is a collection error
+        (a lab machine's checkout at another commit, as xdist says it) and nothing runs."""
+        from xdist.report import report_collection_diff
+
+        (first, collected), *others = self._collections.items()
+        for node, collection in others:
+            said = report_collection_diff(collected, collection, first.gateway.id, node.gateway.id)
+            if said:
+                report = pytest.CollectReport(node.gateway.id, "failed", said, [])
+                self.config.hook.pytest_collectreport(report=report)
+        if any(collection != collected for _, collection in others):
+            for node in self.nodes:
+                node.shutdown()
+            return False
+        return True
 
     def _split(self, collection: Sequence[str]) -> None:
         units: dict[str, list[int]] = {}

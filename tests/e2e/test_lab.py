@@ -9,8 +9,8 @@ copy of the package and the project (its checkout), another ``SME2_CACHE_DIR`` (
 provisioned qemu, runner builds and tools, as a lab machine set up once has them), another
 ``TMPDIR``. The socket server runs the gateway in its own process, so the lab machine's
 conftest killing that process as its second case starts is the machine going away. xdist's
-scheduling and a dying gateway are pytest wiring, so this is an inner session: 32–49 s here,
-beside other work (load 5–7 on 2 cores).
+scheduling and a dying gateway are pytest wiring, so this is an inner session: 17 s here, up to
+49 s beside other work (load 5–7 on 2 cores).
 """
 
 from __future__ import annotations
@@ -63,6 +63,18 @@ class LabMachine:
     checkout: Path
     tmp: Path
     output: list[str]
+
+    def controller(
+        self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *models: str
+    ) -> tuple[str, ...]:
+        """Make ``pytester``'s directory the controller's project registering ``models``; the
+        arguments of its session: a local worker and this machine's (``lab``)."""
+        monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        pytester.makeconftest(inner_conftest(*models))
+        pytester.makepyfile(test_lab=INNER_TEST)
+        pytester.makefile(".ini", pytest=INI)
+        lab = f"socket=127.0.0.1:{self.port}//id=lab//chdir={self.checkout}"
+        return ("-p", "no:cacheprovider", "--tx", "popen", "--tx", lab)
 
 
 @pytest.fixture
@@ -126,20 +138,12 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     case and its third fail in one line each naming the device and the worker, the host's pass.
     A third machine, ``gone`` (a port nothing listens on), is not there as the session starts:
     the device named for it fails its cases in one line each, and the session goes on."""
-    monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    pytester.makeconftest(inner_conftest("one", "two", "three"))
-    pytester.makepyfile(test_lab=INNER_TEST)
-    pytester.makefile(".ini", pytest=INI)
+    controller = lab_machine.controller(pytester, monkeypatch, "one", "two", "three")
     artifacts, history, junit = tmp_path / "artifacts", tmp_path / "history", tmp_path / "j.xml"
     with socket.socket() as closed:  # bound, never listening: connections are refused
         closed.bind(("127.0.0.1", 0))
         result = pytester.runpytest_subprocess(
-            "-p",
-            "no:cacheprovider",
-            "--tx",
-            "popen",
-            "--tx",
-            f"socket=127.0.0.1:{lab_machine.port}//id=lab//chdir={lab_machine.checkout}",
+            *controller,
             "--tx",
             f"socket=127.0.0.1:{closed.getsockname()[1]}//id=gone",
             "--sme2-device=host,qemu-sme2:worker=lab,host:worker=gone",
@@ -221,3 +225,38 @@ def test_a_worker_no_tx_gives_is_a_usage_error_naming_the_device(
         "--sme2-device: mac:worker=mini1 names the xdist worker 'mini1', which no --tx gives"
     )
     check_workers(pytester.parseconfig(*tx, "--sme2-device=mac,host"))  # none named: no error
+
+
+def test_a_lab_of_named_workers_only_leaves_the_other_devices_nowhere(
+    pytester: pytest.Pytester,
+) -> None:
+    """The host's cases run on the workers no device names: with none, a usage error."""
+    config = pytester.parseconfig(
+        "--tx", "ssh=ci@lab-mini-1//id=mini1", "--sme2-device=mac:worker=mini1,host"
+    )
+    with pytest.raises(pytest.UsageError) as error:
+        check_workers(config)
+    assert str(error.value) == (
+        "--sme2-device: host run on the workers no device names, and every --tx is named for "
+        "one: add --tx popen"
+    )
+
+
+def test_a_lab_machine_whose_checkout_differs_is_a_collection_error_and_nothing_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, lab_machine: LabMachine
+) -> None:
+    """A lab machine at another commit (here: a model more) would measure other code: xdist's
+    collection error names the difference, and the session measures nothing."""
+    controller = lab_machine.controller(pytester, monkeypatch, "one")
+    (lab_machine.checkout / "conftest.py").write_text(inner_conftest("one", "four"))
+    result = pytester.runpytest_subprocess(
+        *controller, "--sme2-device=host,qemu-sme2:worker=lab", timeout=300
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Different tests were collected between gw0 and lab. The difference is:",
+            "+test_lab.py::test_model[[]qemu-sme2:worker=lab-four-fp32[]]@qemu-sme2:worker=lab",
+        ],
+        consecutive=False,
+    )
