@@ -164,9 +164,10 @@ class Lab:
         pinned = pinned_groups(config)
         if not pinned:
             return None
-        scheduling = PinnedScheduling(config, log, pinned, self._why)
-        scheduling.numnodes -= len(self.unreachable)
-        return scheduling
+        from xdist.workermanage import parse_tx_spec_config
+
+        numnodes = len(parse_tx_spec_config(config)) - len(self.unreachable)
+        return PinnedScheduling(config.hook, numnodes, log, pinned, self._why)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:

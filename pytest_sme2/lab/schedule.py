@@ -59,19 +59,20 @@ class PinnedScheduling:
 
     def __init__(
         self,
-        config: pytest.Config,
+        hook: Any,
+        numnodes: int,
         log: Any,
         pinned: Mapping[str, str],
         gone: Callable[[str], str],
     ) -> None:
-        """``gone(worker)`` says in a few words why that worker went away (its error)."""
-        from xdist.workermanage import parse_tx_spec_config
-
-        self.config = config
+        """``hook`` is the session's (``config.hook``: the reports of the cases failed here go
+        through it), ``numnodes`` how many workers collect before anything is scheduled,
+        ``gone(worker)`` why that worker went away, in a few words."""
+        self.hook = hook
         self.log = log
         self.pinned = dict(pinned)
         self._gone = gone
-        self.numnodes = len(parse_tx_spec_config(config))
+        self.numnodes = numnodes
         self.collection: list[str] | None = None
         self._collections: dict[Node, list[str]] = {}
         self._pending: dict[Node, list[int]] = {}
@@ -145,7 +146,7 @@ class PinnedScheduling:
             said = report_collection_diff(collected, collection, first.gateway.id, node.gateway.id)
             if said:
                 report = pytest.CollectReport(node.gateway.id, "failed", said, [])
-                self.config.hook.pytest_collectreport(report=report)
+                self.hook.pytest_collectreport(report=report)
         if any(collection != collected for _, collection in others):
             for node in self.nodes:
                 node.shutdown()
@@ -219,4 +220,4 @@ class PinnedScheduling:
             line = self._line(nodeid, worker, what)
             report = pytest.TestReport(nodeid, (path, None, path), {}, "failed", line, "call")
             report.sme2_outcome = lost_outcome(nodeid, line)  # type: ignore[attr-defined]
-            self.config.hook.pytest_runtest_logreport(report=report)
+            self.hook.pytest_runtest_logreport(report=report)

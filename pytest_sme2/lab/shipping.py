@@ -97,5 +97,6 @@ def relocate(outcome: CaseOutcome, old: Path, new: Path) -> CaseOutcome:
 def relocated_record(line: str, old: Path, new: Path) -> HistoryRecord:
     """A shipped history line as the controller keeps it: its run directory moved (the
     measurement's paths are relative to it, so they move with it)."""
-    record = HistoryRecord.from_json(json.loads(line))
-    return replace(record, artifacts=moved(record.artifacts, old, new) or record.artifacts)
+    doc = json.loads(line)
+    doc["artifacts"] = str(moved(Path(doc["artifacts"]), old, new))
+    return HistoryRecord.from_json(doc)

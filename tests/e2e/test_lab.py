@@ -203,6 +203,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     found = read_history(history)
     (record,) = [r for r in found.records if r.device == "qemu-sme2:worker=lab"]
     assert record.artifacts == here and record.measurement.variants
+    assert all(vm.etdump.is_relative_to(here) for vm in record.measurement.variants.values())
     assert (history / "index.html").is_file()
     # the lost cases are the report's cases not measured, each with its line
     for model in ("two", "three"):
