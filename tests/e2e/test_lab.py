@@ -10,7 +10,7 @@ provisioned qemu, runner builds and tools, as a lab machine set up once has them
 ``TMPDIR``. The socket server runs the gateway in its own process, so the lab machine's
 conftest killing that process as its second case starts is the machine going away. xdist's
 scheduling and a dying gateway are pytest wiring, so this is an inner session: 17 s here, up to
-49 s beside other work (load 5–7 on 2 cores).
+57 s beside other work (load 5–7 on 2 cores).
 """
 
 from __future__ import annotations
