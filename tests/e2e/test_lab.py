@@ -9,8 +9,8 @@ copy of the package and the project (its checkout), another ``SME2_CACHE_DIR`` (
 provisioned qemu, runner builds and tools, as a lab machine set up once has them), another
 ``TMPDIR``. The socket server runs the gateway in its own process, so the lab machine's
 conftest killing that process as its second case starts is the machine going away. xdist's
-scheduling and a dying gateway are pytest wiring, so this is an inner session: 17 s here, up to
-57 s beside other work (load 5–7 on 2 cores).
+scheduling and a dying gateway are pytest wiring, so this is an inner session: 17–60 s on 2
+cores, as other work beside it allows.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ import pytest
 
 from pytest_sme2.judge.history import read_history
 from pytest_sme2.lab.hooks import check_workers
+from pytest_sme2.runner.build import build_runner
+from tests.adb_double import install
+from tests.devices.test_device_android import _FEATURES, NO_SME2_PHONE, cpuinfo
 from tests.inner import INNER_TEST, REPO, SHARED_CACHE, inner_conftest
 
 pytest_plugins = ["pytester"]
@@ -132,13 +135,21 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     monkeypatch: pytest.MonkeyPatch,
     lab_machine: LabMachine,
 ) -> None:
-    """``--tx popen --tx socket=…//id=lab`` with ``host,qemu-sme2:worker=lab``: the host's three
-    cases run here, the emulated device's on the lab machine; its first case comes back whole
-    (run directory, history record, a row of the one report), then the machine dies: its second
-    case and its third fail in one line each naming the device and the worker, the host's pass.
-    A third machine, ``gone`` (a port nothing listens on), is not there as the session starts:
-    the device named for it fails its cases in one line each, and the session goes on."""
+    """``--tx popen --tx socket=…//id=lab`` with ``host,android:…,qemu-sme2:worker=lab``: the
+    host's and a phone's three cases each run here (the phone an adb double running the host
+    runner: a real adb server's phones are tests/devices/test_adb_server.py's), the emulated
+    device's on the lab machine; its first case comes back whole (run directory, history record,
+    a row of the one report), then the machine dies: its second case and its third fail in one
+    line each naming the device and the worker, the others pass. A third machine, ``gone`` (a
+    port nothing listens on), is not there as the session starts: the device named for it fails
+    its cases in one line each, and the session goes on."""
     controller = lab_machine.controller(pytester, monkeypatch, "one", "two", "three")
+    phone = install(
+        tmp_path / "phone",
+        serial="PHONEA1",
+        cpuinfo=cpuinfo(8, _FEATURES),
+        properties=NO_SME2_PHONE,
+    )
     artifacts, history, junit = tmp_path / "artifacts", tmp_path / "history", tmp_path / "j.xml"
     with socket.socket() as closed:  # bound, never listening: connections are refused
         closed.bind(("127.0.0.1", 0))
@@ -146,7 +157,9 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             *controller,
             "--tx",
             f"socket=127.0.0.1:{closed.getsockname()[1]}//id=gone",
-            "--sme2-device=host,qemu-sme2:worker=lab,host:worker=gone",
+            "--sme2-device=host,android:serial=PHONEA1,qemu-sme2:worker=lab,host:worker=gone",
+            f"--sme2-adb={phone}",
+            f"--sme2-runner-on={build_runner('host')}",
             "--sme2-update-baselines",
             f"--sme2-artifacts={artifacts}",
             f"--sme2-history={history}",
@@ -154,7 +167,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             f"--html={tmp_path / 'html' / 'report.html'}",
             timeout=900,
         )
-    result.assert_outcomes(passed=4, failed=5)
+    result.assert_outcomes(passed=7, failed=5)
     ended = {}
     for case in ET.parse(junit).iter("testcase"):
         failure = case.find("failure")
@@ -165,6 +178,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
         )
     for model in ("one", "two", "three"):
         assert ended[f"test_model[host-{model}-fp32]"] == "passed"
+        assert ended[f"test_model[android:serial=PHONEA1-{model}-fp32]"] == "passed"
     assert ended["test_model[qemu-sme2:worker=lab-one-fp32]"] == "passed"
     lost = "qemu-sme2:worker=lab: the xdist worker 'lab' that runs its cases went away ("
     for model, tail in (("two", ") while running it"), ("three", ")")):
@@ -185,6 +199,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     across = report.split("## Across devices", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in across.splitlines() if line.startswith("| ")][2:]
     assert sorted(line.split(" | ")[2] for line in rows) == [
+        *["android:serial=PHONEA1"] * 3,
         *["host"] * 3,
         "qemu-sme2:worker=lab",
     ], across
@@ -210,7 +225,10 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
         assert f"test_model[qemu-sme2:worker=lab-{model}-fp32]@qemu-sme2:worker=lab" in report
     # each side keeps its own baselines, by device (the worker is where, not what)
     assert (lab_machine.checkout / "baselines" / "qemu-sme2" / "one-fp32.json").is_file()
-    assert sorted(p.name for p in (pytester.path / "baselines").iterdir()) == ["host"]
+    assert sorted(p.name for p in (pytester.path / "baselines").iterdir()) == [
+        "android@serial=PHONEA1",
+        "host",
+    ]
 
 
 @pytest.mark.parametrize("tx", [("--tx", "popen", "--tx", "socket=lab:8888//id=lab"), ()])
