@@ -37,13 +37,28 @@ def manifest_config(settings: Settings, outcome: CaseOutcome) -> dict[str, Any]:
     }
 
 
+#: the key of a remote xdist worker's paths in its ``workerinput`` (``lab.hooks``): pairs of
+#: its own directory and the controller's that its files are copied to
+REMOTE_KEY = "sme2_remote"
+
+
 def href(config: pytest.Config, path: Path) -> str:
     """A link from the HTML report to ``path``: relative to the report file when there is one
-    (the pair stays valid when copied together), else an absolute file URI."""
+    (the pair stays valid when copied together), else an absolute file URI. On a remote xdist
+    worker, the link the controller's report needs: there the file is copied under the same
+    name (``lab.shipping``), and there the HTML report is written."""
     html_path = getattr(config.option, "htmlpath", None)
+    path = path.resolve()
+    remote = getattr(config, "workerinput", {}).get(REMOTE_KEY)
+    if remote is not None:
+        html_path = remote["html"]
+        for own, controller in remote["paths"]:
+            if path.is_relative_to(own):
+                path = Path(controller) / path.relative_to(own)
+                break
     if html_path:
-        return os.path.relpath(path.resolve(), Path(html_path).resolve().parent)
-    return path.resolve().as_uri()
+        return os.path.relpath(path, Path(html_path).resolve().parent)
+    return path.as_uri()
 
 
 def write_case_files(

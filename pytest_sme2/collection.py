@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 
 def choose_loadgroup(config: pytest.Config) -> None:
-    """With ``-n N`` and no ``--dist``, distribute by device group (``--dist loadgroup``) when the
-    fleet has a device whose time is real: its cases must never run two at once.
+    """With ``-n N`` (or ``--tx``) and no ``--dist``, distribute by device group (``--dist
+    loadgroup``) when the fleet has a device whose time is real (its cases must never run two at
+    once) or one named for a worker (``lab.schedule`` sends its group there).
 
     xdist's workers parse the same arguments, with ``-n`` reset: each takes the same decision
     from them, so that its node ids carry the groups the controller schedules by.
@@ -34,7 +35,9 @@ def choose_loadgroup(config: pytest.Config) -> None:
 
     worker = hasattr(config, "workerinput")
     chosen = any(arg.split("=")[0] == "--dist" for arg in config.invocation_params.args)
-    if chosen or not (worker or getattr(config.option, "numprocesses", None)):
+    # ``--tx`` alone (remote workers: docs/lab.md) distributes as ``-n`` does
+    workers = getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
+    if chosen or not (worker or workers):
         return
     try:
         specs = fleet_specs(config.getoption, config.getini, DeviceKinds.from_hook(config.hook))
@@ -108,9 +111,11 @@ def export_collected(cases: Sequence[Case]) -> None:
     pairs = biggest_first(
         dict.fromkeys([*((case.model, case.dtype) for case in exported), (REFERENCE, "fp32")])
     )
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    # a worker of ``--tx …//id=NAME`` (a lab's: docs/lab.md) starts where the first does
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    start = len(pairs) * worker // workers
+    start = len(pairs) * index // workers
     # one session alone exports on every core (its measurements then run alone); xdist's
     # workers already export side by side
     processes = (os.cpu_count() or 1) if "PYTEST_XDIST_WORKER" not in os.environ else 1

@@ -95,10 +95,12 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_sme2.interrupt import unwind_on_sigterm
+    from pytest_sme2.lab.hooks import register
 
     config.addinivalue_line("markers", MARKER_HELP)
     session = config.stash[SESSION_KEY] = Sme2Session(config)
     config.pluginmanager.register(session, "sme2-session")
+    register(config)  # the lab: workers named for devices, remote workers' files
     start_progress(config)
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         # The xdist controller collects nothing, so it never resolves the settings; it writes

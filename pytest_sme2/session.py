@@ -33,6 +33,7 @@ from pytest_sme2.case_context import (
     or_fail,
     outcome_of,
 )
+from pytest_sme2.lab.hooks import received
 from pytest_sme2.progress import Finished
 from pytest_sme2.records.outcome import CaseOutcome
 
@@ -164,8 +165,8 @@ class Sme2Session:
         """Where ``case``'s baseline is kept."""
         from pytest_sme2.judge.baseline import baseline_path
 
-        model, directory = case.model.name, self.settings.baseline_dir
-        return baseline_path(directory, case.device.directory, model, case.dtype, case.threads)
+        device, model = case.device.baseline_directory, case.model.name
+        return baseline_path(self.settings.baseline_dir, device, model, case.dtype, case.threads)
 
     def artifacts_dir(self, case: Case, basetemp: Path) -> Path:
         """Where ``case``'s traces, logs and reports go (``--sme2-artifacts``, else pytest's
@@ -271,9 +272,8 @@ class Sme2Session:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The outcome, before any reporter announces the test (or a SIGTERM on PASSED lost it)."""
         progress.terminal_written()  # the terminal reporter writes this report's letter
-        payload = getattr(report, "sme2_outcome", None)
-        if payload is not None and not self.worker:
-            self.outcomes[report.nodeid] = CaseOutcome.from_json(payload)
+        if getattr(report, "sme2_outcome", None) is not None and not self.worker:
+            self.outcomes[report.nodeid] = received(self.config, report)  # a remote's: moved
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_header(self, cells: list[str]) -> None:

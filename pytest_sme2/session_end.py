@@ -39,13 +39,15 @@ def find_unused(
     from pytest_sme2.judge.unused_baselines import settle_unused
 
     used = {
-        baseline_path(settings.baseline_dir, c.device.directory, c.model.name, c.dtype, c.threads)
+        baseline_path(
+            settings.baseline_dir, c.device.baseline_directory, c.model.name, c.dtype, c.threads
+        )
         for c in cases
     }
     # a headline-only device (auto's emulated one) runs a subset of its dtypes, as under
     # --sme2-dtypes: its other baselines are not unused, and never removed
     folders = [
-        settings.baseline_dir / device.directory
+        settings.baseline_dir / device.baseline_directory
         for device in settings.devices
         if not device.headline_only
     ]

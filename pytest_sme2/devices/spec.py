@@ -32,6 +32,12 @@ AUTO = "auto"
 
 _KEY = re.compile(r"[a-z][a-z0-9-]*")
 
+#: The key every kind takes: the xdist worker (its ``--tx …//id=ID``) that runs the device's cases,
+#: a Mac or an SME2 Linux box in the lab (``mac:worker=mini1``). Not a device option: where a
+#: device runs is not what it is, so the device is built from its other keys alone and keeps the
+#: baselines of its spec without it (:attr:`DeviceSpec.baseline_directory`).
+WORKER_KEY = "worker"
+
 
 @dataclass(frozen=True)
 class DeviceSpec:
@@ -58,9 +64,23 @@ class DeviceSpec:
         (:func:`~pytest_sme2.records.device.device_file_name`)."""
         return device_file_name(self.id)
 
+    @property
+    def worker(self) -> str | None:
+        """The xdist worker named to run this device's cases (``worker=ID``), else None: any."""
+        return dict(self.options).get(WORKER_KEY)
+
+    @property
+    def baseline_directory(self) -> str:
+        """The device's folder under the baseline directory: :attr:`directory` without the
+        worker — a qemu-sme2 count is the same on any machine, and a Mac's time records are
+        kept per machine class already, so a lab worker's baselines are its device's."""
+        options = tuple(pair for pair in self.options if pair[0] != WORKER_KEY)
+        return DeviceSpec(self.kind, options).directory
+
     def getter(self, flags: OptionGetter) -> OptionGetter:
         """The device's option getter: a key of this spec wins, else the flag (or ini) value."""
-        given = {self.kind.spec_keys[key]: value for key, value in self.options}
+        keys = self.kind.spec_keys
+        given = {keys[key]: value for key, value in self.options if key != WORKER_KEY}
         return lambda dest: given[dest] if dest in given else flags(dest)
 
 
@@ -121,8 +141,8 @@ def _parse_spec(item: str, kinds: DeviceKinds, source: str) -> DeviceSpec:
         key, sep, value = pair.partition("=")
         if not sep or not _KEY.fullmatch(key) or not value:
             raise ConfigError(f"{source}: {item!r}: expected KIND[:KEY=VALUE…], got {pair!r}")
-        if key not in keys:
-            known = ", ".join(sorted(keys)) or "none"
+        if key not in keys and key != WORKER_KEY:
+            known = ", ".join(sorted([*keys, WORKER_KEY]))
             raise ConfigError(
                 f"{source}: {item!r}: {name} takes no key {key!r} (its keys: {known})"
             )

@@ -64,6 +64,7 @@ class Fleet:
 
 def xdist_group(spec: DeviceSpec) -> str | None:
     """The xdist group of a device's cases: a real device's spec, so one worker owns it and no
-    two of its cases ever run at once (their timings would mean nothing); None for an emulated
+    two of its cases ever run at once (their timings would mean nothing), and a device named for
+    a worker (``worker=ID``: the group is what that worker is given); None for an emulated
     device, whose cases may spread over the workers."""
-    return None if spec.kind.emulates_cpu else spec.id
+    return None if spec.kind.emulates_cpu and spec.worker is None else spec.id

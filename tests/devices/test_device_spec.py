@@ -63,8 +63,8 @@ def test_a_specs_key_wins_over_the_flag_which_stays_the_default() -> None:
     ("text", "says"),
     [
         ("qemu-sme2:vl", "expected KIND[:KEY=VALUE…], got 'vl'"),
-        ("qemu-sme2:speed=2", "qemu-sme2 takes no key 'speed' (its keys: qemu, vl)"),
-        ("host:vl=2", "host takes no key 'vl' (its keys: none)"),
+        ("qemu-sme2:speed=2", "qemu-sme2 takes no key 'speed' (its keys: qemu, vl, worker)"),
+        ("host:vl=2", "host takes no key 'vl' (its keys: worker)"),
         ("phone", "'phone' is not a device; choose one of: android, host, mac, qemu-sme2"),
         ("host,,mac", "an empty device in the list"),
         ("mac,mac", "'mac' is listed twice"),
@@ -86,6 +86,27 @@ def test_every_spec_key_is_one_of_the_devices_own_options(kind: str) -> None:
 
     KINDS[kind].add_options(add)
     assert set(KINDS[kind].spec_keys.values()) <= dests
+
+
+def test_any_device_may_name_the_xdist_worker_that_runs_it_which_is_where_not_what() -> None:
+    """``worker=ID`` (docs/lab.md): its own device in test ids and run directories, not an
+    option of the device, and the baselines of the device without it."""
+    from pytest_sme2.measure.fleet import xdist_group
+
+    mac, emulated, plain = parse("mac:worker=mini1,qemu-sme2:vl=32:worker=lab,qemu-sme2")
+    assert (mac.worker, emulated.worker, plain.worker) == ("mini1", "lab", None)
+    assert emulated.directory == "qemu-sme2@vl=32@worker=lab"
+    assert emulated.baseline_directory == "qemu-sme2@vl=32"
+    assert mac.baseline_directory == plain.baseline_directory.replace("qemu-sme2", "mac")
+    flags: dict[str, str] = {}
+    device = emulated.kind.from_options(emulated.getter(flags.get))
+    assert device.sme_vector_length == 32  # type: ignore[attr-defined]
+    # the named worker's group: an emulated device named for a worker is one, as a real one is
+    assert [xdist_group(spec) for spec in (mac, emulated, plain)] == [
+        "mac:worker=mini1",
+        "qemu-sme2:vl=32:worker=lab",
+        None,
+    ]
 
 
 def test_a_value_may_hold_a_colon_as_adb_over_tcp_serials_do() -> None:
