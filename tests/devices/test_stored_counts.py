@@ -28,11 +28,11 @@ from pytest_sme2.devices.stored_counts import (
     store_dir,
 )
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.measure.plan import MeasurePlan
 from pytest_sme2.records.device import Variant
 from pytest_sme2.report.evidence import evidence_lines
 from pytest_sme2.runner.tensors import read_tensors, write_tensors
+from tests.judge.small_model import small_model
 from tests.measurements import measure_toy_cnn
 
 
@@ -91,6 +91,11 @@ def test_a_command_is_keyed_without_the_paths_of_its_files() -> None:
     )
 
 
+#: What the store's tests count: any program does, and one convolution counts in 1.5 s where
+#: toy_cnn takes 3.6 s (qemu-sme2 on a 2-core EPYC; five counts in one test).
+STORED = small_model("stored", 1)
+
+
 @dataclass
 class Storing:
     """The provisioned qemu-sme2 guest, keeping its counts in a store of this test's own (or
@@ -110,7 +115,7 @@ def storing(qemu_device: QemuSme2Device, tmp_path: Path) -> Storing:
 
 
 def test_a_stored_run_reads_back_as_the_run_counted(storing: Storing, tmp_path: Path) -> None:
-    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    artifact = export_model(STORED, "fp32")
     first = storing.counted_run(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON)
     )
@@ -136,7 +141,7 @@ def test_a_stored_run_reads_back_as_the_run_counted(storing: Storing, tmp_path: 
 def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
     storing: Storing, tmp_path: Path
 ) -> None:
-    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    artifact = export_model(STORED, "fp32")
     off = storing.counted_run(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.OFF)
     )
@@ -182,7 +187,7 @@ def test_other_inputs_a_recount_and_a_damaged_entry_are_counted(
 
 def test_a_thread_pools_count_is_never_stored(storing: Storing, tmp_path: Path) -> None:
     """With two threads the pool's spinning is in the count, which then varies run to run."""
-    artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
+    artifact = export_model(STORED, "fp32")
     storing.counted_run(
         evidence_request(
             artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON, threads=2
