@@ -45,9 +45,10 @@ def host_measurement(tmp_path_factory: pytest.TempPathFactory) -> Measurement:
 
 @pytest.fixture(scope="module")
 def emulated_measurement(
-    qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
+    stored_qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
 ) -> Measurement:
-    return measure_toy_cnn(qemu_device, PLAN, tmp_path_factory.mktemp("qemu"))
+    """toy_cnn on qemu-sme2 as a session measures it: its counts read back where stored."""
+    return measure_toy_cnn(stored_qemu_device, PLAN, tmp_path_factory.mktemp("qemu"))
 
 
 def test_host_load_is_timed_and_its_memory_measured(host_measurement: Measurement) -> None:
@@ -71,9 +72,9 @@ def test_a_record_that_kept_the_runners_copy_of_the_plan_still_reads() -> None:
 def test_emulated_init_is_counted_exactly_and_per_variant(
     emulated_measurement: Measurement, qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
-    """Method init in guest instructions: the same count in a second process (to a few hundred
-    instructions: allocations follow the paths the runner is given), SME2 on and off apart; no
-    time and no resident memory (qemu's own) where time means nothing."""
+    """Method init in guest instructions: the same count in a second process, counted now (to a
+    few hundred instructions: allocations follow the paths the runner is given), SME2 on and off
+    apart; no time and no resident memory (qemu's own) where time means nothing."""
     on = emulated_measurement.variants[Variant.ON].load
     off = emulated_measurement.variants[Variant.OFF].load
     assert on is not None and off is not None
