@@ -452,17 +452,26 @@ HOSTILE_NAMES: dict[str, Callable[[int], str]] = {
 @pytest.mark.parametrize("build", HOSTILE_NAMES.values(), ids=HOSTILE_NAMES.keys())
 def test_a_hostile_name_parses_in_linear_time(build: Callable[[int], str]) -> None:
     """Ten times the name, at most ~ten times the time (30× allowed): a backtracking pattern
-    takes ~100× and more. Both sizes are timed in one run, interleaved, so a slow or busy
-    machine slows both (an absolute 10 ms bound failed at 10.4 ms beside CI's other worker)."""
+    takes ~100× and more, every time. Both sizes are timed in one round, interleaved, so a slow
+    or busy machine slows both (an absolute 10 ms bound failed at 10.4 ms beside CI's other
+    worker); and a round over 30× is taken again, up to three, as the product confirms a slow
+    case (one round read 34× on a machine running five processes on two cores)."""
     small, large = build(10_000), build(100_000)
     assert len(large) >= 200_000
+    ratios = []
+    while len(ratios) < 3 and (not ratios or ratios[-1] >= 30):
+        ratios.append(_ratio(small, large))
+    assert ratios[-1] < 30, f"10× the name took {', '.join(f'{r:.0f}×' for r in ratios)} the time"
+
+
+def _ratio(small: str, large: str) -> float:
+    """The large name's parse time over the small one's, fastest of five each, interleaved."""
     times: dict[str, list[float]] = {"small": [], "large": []}
     for _ in range(5):
         times["small"].append(_timed(parse_op_name.__wrapped__, small))  # uncached
         times["large"].append(_timed(parse_op_name.__wrapped__, large))
     floor = 50e-6  # below this a small name's time is the timer's noise, not the pattern's
-    ratio = min(times["large"]) / max(min(times["small"]), floor)
-    assert ratio < 30, f"10× the name took {ratio:.0f}× the time"
+    return min(times["large"]) / max(min(times["small"]), floor)
 
 
 def _timed(call: Callable[[str], object], name: str) -> float:
