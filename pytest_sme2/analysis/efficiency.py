@@ -265,10 +265,12 @@ class CaseWork:
     instructions: int | None = None
     sme_instructions: int | None = None
     ms: float | None = None
-
-    @property
-    def macs_per_sme(self) -> float | None:
-        return self.macs / self.sme_instructions if self.sme_instructions else None
+    #: the work of the operators that executed SME instructions
+    sme_macs: int = 0
+    #: the fewest SME instructions their work needs: one full-tile outer product each, for each
+    #: operator's operands (an int8-dynamic model's fp32 layers at FP32's); None where the SVL is
+    #: unknown
+    ideal_sme_instructions: float | None = None
 
     @property
     def gflops(self) -> float | None:
@@ -283,6 +285,8 @@ def case_work(found: Sequence[OperatorEfficiency]) -> CaseWork:
     def total(values: list[int | float | None]) -> Any:
         return sum(values) if values and None not in values else None  # type: ignore[arg-type]
 
+    on_sme = [op for op in known if op.sme_instructions]
+    ideal = [op.macs / op.ideal for op in on_sme if op.macs is not None and op.ideal]
     return CaseWork(
         operators=len(found),
         unknown=len(found) - len(known),
@@ -290,4 +294,6 @@ def case_work(found: Sequence[OperatorEfficiency]) -> CaseWork:
         instructions=total([op.instructions for op in known]),
         sme_instructions=total([op.sme_instructions for op in known]),
         ms=total([op.ms for op in known]),
+        sme_macs=sum(op.macs for op in on_sme if op.macs is not None),
+        ideal_sme_instructions=sum(ideal) if on_sme and len(ideal) == len(on_sme) else None,
     )

@@ -14,9 +14,10 @@ import io
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from pytest_sme2.analysis.categories import CATEGORIES
-from pytest_sme2.analysis.efficiency import dtype_bits, ideal_macs_per_sme
+from pytest_sme2.analysis.efficiency import ideal_macs_per_sme, operand_bits
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.report.efficiency_view import EfficiencyView, efficiency_view
@@ -166,35 +167,40 @@ def roofline_chart(m: Measurement, view: EfficiencyView) -> bytes:
         if points:
             x, y = zip(*points, strict=True)
             ax.scatter(x, y, s=22, alpha=0.75, label=label)
-    limit, words = _roofline_limit(m, view)
-    if limit:
+    for limit, words in _roofline_limits(m, view):
         ax.axhline(limit, linestyle="--", color="#444444", linewidth=1)
-        ax.set_ylim(top=limit * 3)
+        ax.set_ylim(top=max(limit * 3, ax.get_ylim()[1]))
         ax.text(ax.get_xlim()[0], limit, f" {words}", va="bottom", fontsize=8)
+    ax.xaxis.set_minor_formatter(NullFormatter())  # 2×10⁵, 3×10⁵… overlap
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("operator work (multiply-adds per inference)")
     ax.set_ylabel("multiply-adds per instruction" if view.counted else "achieved GFLOP/s")
     ax.set_title(f"Work and efficiency per operator: {case_title(m)}", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
     return _png(fig)
 
 
-def _roofline_limit(m: Measurement, view: EfficiencyView) -> tuple[float | None, str]:
-    """The ceiling line and its words: a full-tile outer product per SME instruction at SME2-on's
-    SVL for the case's operand width, or the chip's peak GFLOP/s."""
+def _roofline_limits(m: Measurement, view: EfficiencyView) -> list[tuple[float, str]]:
+    """The ceiling lines and their words: a full-tile outer product per SME instruction at
+    SME2-on's SVL for each operand width its SME operators have (an int8-dynamic model's fp32
+    layers have FP32's), or the chip's peak GFLOP/s."""
     if view.counted:
-        if not view.svl_bytes:
-            return None, ""
-        bits = dtype_bits(m.dtype)
-        ideal = ideal_macs_per_sme(view.svl_bytes, bits)
-        return (
-            ideal,
-            f"ideal: {ideal:,} MACs per {bits}-bit outer product, SVL {view.svl_bytes * 8}",
-        )
+        svl = view.svl_bytes or 0
+        on = view.variants.get(Variant.ON, ())
+        widths = sorted({operand_bits(op.name) for op in on if op.ideal and op.macs_per_sme})
+        return [
+            (
+                ideal_macs_per_sme(svl, bits),
+                f"ideal: {ideal_macs_per_sme(svl, bits):,} MACs per {bits}-bit outer product, "
+                f"SVL {svl * 8}",
+            )
+            for bits in widths
+        ]
     if m.peak is None or not m.peak.gflops:
-        return None, ""
-    return m.peak.gflops, f"peak {m.peak.gflops:,.0f} GFLOP/s"
+        return []
+    return [(m.peak.gflops, f"peak {m.peak.gflops:,.0f} GFLOP/s")]
 
 
 def render_charts(m: Measurement) -> dict[str, bytes]:

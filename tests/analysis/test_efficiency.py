@@ -71,6 +71,8 @@ def test_multiply_adds_per_sme_instruction_from_the_functions_sme_share() -> Non
     assert first.family == "SME2 MOPA" and first.call == 7
     total = case_work((first, second))
     assert (total.macs, total.instructions, total.sme_instructions) == (320_000, 4_000, 1_000)
+    # the fewest SME instructions the work needs: one 256-MAC outer product each
+    assert total.sme_macs == 320_000 and total.ideal_sme_instructions == 1_250
     # an operator whose event is not where the work says is not costed
     (lost,) = counted_efficiency(work[:1], kernels[1:], {MOPA: 1_000}, svl_bytes=64)
     assert lost.instructions is None and lost.macs == 256_000

@@ -61,7 +61,7 @@ def test_qemu_sme2_shows_multiply_adds_per_sme_instruction_against_its_svl(
     assert on.macs_per_instruction > off.macs_per_instruction  # type: ignore[operator]
     text = _section(m)
     assert "0.11 M multiply-adds per inference in 1 GEMM and convolution operator(s)" in text
-    assert "of the ideal 256 (one full-tile 32-bit outer product at SVL 512)" in text
+    assert "of the ideal (one full-tile outer product per SME instruction at SVL 512: 256" in text
     assert f"| {CONV_SHAPE} | 0.111 | SME2 MOPA |" in text
     assert on.ideal_share is not None and f"{100 * on.ideal_share:.1f}%" in text
     assert "roofline" in render_charts(m)
