@@ -13,15 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_sme2.analysis.efficiency import (
+    FP32_BITS,
     CaseWork,
     OperatorEfficiency,
     case_work,
     counted_efficiency,
-    dtype_bits,
     ideal_macs_per_sme,
     timed_efficiency,
 )
 from pytest_sme2.errors import TraceError
+from pytest_sme2.judge.sme2_coverage import variant_coverage
 from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement, VariantMeasurement
 from pytest_sme2.report.format import Table, ordered_variants, pct
@@ -104,14 +105,16 @@ def _counted_tail(m: Measurement, variant: Variant, total: CaseWork, svl: int | 
     tail = "" if per is None else f", {per:.2f} per instruction"
     evidence = m.variants[variant].evidence
     sme = evidence.sme_instructions if evidence else None
-    if sme and total.macs:
-        tail += f", {total.macs / sme:,.1f} per SME instruction of the inference ({sme:,})"
-        if svl:
-            bits = dtype_bits(m.dtype)
-            ideal = ideal_macs_per_sme(svl, bits)
+    if sme and total.sme_macs:
+        tail += (
+            f"; the {total.sme_macs / 1e6:,.2f} M of its operators that ran SME, "
+            f"{total.sme_macs / sme:,.1f} per SME instruction of the inference ({sme:,})"
+        )
+        if svl and total.ideal_sme_instructions:
             tail += (
-                f": {pct(total.macs / sme / ideal)} of the ideal {ideal:,} (one full-tile "
-                f"{bits}-bit outer product at SVL {svl * 8})"
+                f": {pct(total.ideal_sme_instructions / sme)} of the ideal (one full-tile outer "
+                f"product per SME instruction at SVL {svl * 8}: "
+                f"{ideal_macs_per_sme(svl, FP32_BITS):,} MACs for FP32 operands)"
             )
     return tail
 
@@ -228,3 +231,54 @@ def explanation(view: EfficiencyView) -> str:
         "fastest traced run against the chip's peak." + peak + " The largest operators by work "
         "are listed."
     )
+
+
+COVERAGE_TITLE = "SME2 coverage"
+
+
+@dataclass(frozen=True)
+class CoverageView:
+    """What the SME2 coverage section says: its sentence, the operators outside SME2 (a table;
+    None where every one ran SME2) and the SME2 operators that spend most in packing."""
+
+    sentence: str
+    outside: Table | None
+    packing: tuple[str, ...]
+
+
+def coverage_view(m: Measurement, rows: int = FULL_ROWS) -> CoverageView | None:
+    """SME2-on's coverage of ``m``, at most ``rows`` operators outside SME2 listed (the most work
+    first); None where SME2-on did not run on a device with SME2 or its work is unknown."""
+    on = m.variants.get(Variant.ON)
+    if on is None or not m.device.has_sme2:
+        return None
+    coverage = variant_coverage(on)
+    if coverage is None or coverage.percent is None:
+        return None
+    how = (
+        "by the kernels each operator ran"
+        if on.evidence is not None and on.evidence.operator_kernels
+        else "by operator names (packed SME operands) and the kernel log"
+    )
+    unknown = (
+        f"; {coverage.unknown} operator(s) of unknown work left out" if coverage.unknown else ""
+    )
+    sentence = (
+        f"SME2-on ran {pct(coverage.percent / 100)} of its GEMM and convolution work in SME2 "
+        f"kernels ({coverage.sme2_macs / 1e6:,.2f} of {coverage.macs / 1e6:,.2f} M multiply-adds, "
+        f"{how}){unknown}."
+    )
+    body = [
+        (f"{op.name} @{op.call}", op.shape, f"{op.macs / 1e6:,.3f}", op.family)
+        for op in coverage.outside[:rows]
+    ]
+    if len(coverage.outside) > rows:
+        body.append((f"… and {len(coverage.outside) - rows} more", "", "", ""))
+    table = Table(("outside SME2", "shape", "M MACs", "family"), tuple(body)) if body else None
+    packing = tuple(
+        f"{op.name} @{op.call} ({op.shape}) runs {op.family} but spends "
+        f"{pct(op.packing_share or 0.0)} of its instructions packing operands"
+        for op in coverage.operators
+        if op.mostly_packing
+    )
+    return CoverageView(sentence, table, packing)

@@ -275,6 +275,20 @@ def _work(case: Case) -> Section:
     return Section(w.WORK_TITLE, (Paragraph(w.explanation(view)), lines, table))
 
 
+def _coverage(case: Case) -> Section | None:
+    """SME2-on's share of the GEMM and convolution work in SME2 kernels, the operators outside
+    SME2, and the SME2 ones whose instructions go mostly to packing."""
+    view = w.coverage_view(case.m, w.BRIEF_ROWS if case.brief else w.FULL_ROWS)
+    if view is None:
+        return None
+    parts: list[Part] = [Paragraph(view.sentence)]
+    if view.outside is not None:
+        parts.append(view.outside)
+    if view.packing:
+        parts.append(Bullets(view.packing))
+    return Section(w.COVERAGE_TITLE, tuple(parts))
+
+
 def _losses(case: Case) -> Section:
     """Every operator that cost more with SME2 on than off, at no tolerance (above the size the
     gate judges): the gate fails those beyond it, and the near misses it lets pass are what to
@@ -334,6 +348,7 @@ BUILDERS: tuple[Callable[[Case], Section | None], ...] = (
     _evidence,
     _kernels,
     _work,
+    _coverage,
     _losses,
     _numerics,
     _verdicts,
