@@ -182,3 +182,20 @@ def test_an_int8_layer_leaving_sme2_fails_coverage_where_presence_passes(
 def _call(m: Measurement) -> int:
     (call,) = {op.call for op in m.variants[Variant.ON].work}
     return call
+
+
+def test_a_baseline_without_coverage_is_not_judged_and_an_update_records_it(
+    mixed: Measurement,
+) -> None:
+    from pytest_sme2.judge.sme2_coverage import SME2_COVERAGE
+
+    now = from_measurement(mixed, Tolerances())
+    part = now.variants[str(Variant.ON)]
+    older = replace(
+        now, variants={**now.variants, str(Variant.ON): replace(part, sme2_coverage=None)}
+    )
+    (verdict,) = _coverage(judge(mixed, older, Expectations(), Tolerances()))
+    assert verdict.status is Status.SKIP and "--sme2-update-baselines records it" in verdict.message
+    merged, changes = SME2_COVERAGE.merge(older.variants["sme2-on"], part, Tolerances())
+    assert merged["sme2_coverage"] == part.sme2_coverage
+    assert changes == [f"SME2 coverage recorded ({round(COVERAGE, 1):g} %)"]
