@@ -1,5 +1,6 @@
-"""Efficiency: how much of each GEMM and convolution operator's work (:mod:`~pytest_sme2.analysis.
-work`) its cost bought, against what the hardware could do. Pure functions over data.
+"""Efficiency: how much of each GEMM and convolution operator's work
+(:mod:`pytest_sme2.analysis.work`) its cost bought, against what the hardware could do. Pure
+functions over data.
 
 Why: an SME2 gain says an operator got faster, not whether it runs at 5 % or 60 % of what the
 unit can do. Two measures, by what the device's numbers are:
@@ -240,13 +241,12 @@ def timed_efficiency(
     """Each operator of ``work`` with its fastest time over the kept traced ``runs`` and the
     chip's ``peak``; an operator XNNPACK timed at 0 µs (its clock's floor) has no GFLOP/s."""
     fastest = fastest_ms(runs)
-    family = {True: "SME2 (packed)", False: ""}
     return tuple(
         OperatorEfficiency(
             op.name,
             op.shape,
             op.macs,
-            family=family[parse_op_name(op.name).packed],
+            family="SME2 (packed)" if parse_op_name(op.name).packed else "",
             ms=fastest.get(op.position) or None,
             peak=peak.gflops if peak else None,
             call=op.call,

@@ -103,6 +103,7 @@ def test_a_mac_m4_shows_gflops_against_its_published_peak_or_the_given_one(
     m = replace(measure_case(device, small_model("work_small"), tmp_path, TIMED), disturbance=None)
     assert m.peak is not None and m.peak.gflops == 2000.0
     assert "arXiv 2409.18779" in m.peak.source
+    assert Measurement.from_json(m.to_json(tmp_path), tmp_path).peak == m.peak
     _gflops_rows_match_the_trace(m)
     text = _section(m)
     assert "of the peak 2,000 GFLOP/s" in text and "Peak: Apple M4 P-cluster SME" in text
