@@ -91,15 +91,21 @@ def _measured(
 
 
 @pytest.fixture(scope="module")
-def mixed(qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory) -> Measurement:
+def mixed(
+    stored_qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
+) -> Measurement:
     """The first layer 8da4w, the others int8-dynamic."""
-    return _measured(qemu_device, tmp_path_factory.mktemp("mixed"), "coverage_mixed", ("first",))
+    return _measured(
+        stored_qemu_device, tmp_path_factory.mktemp("mixed"), "coverage_mixed", ("first",)
+    )
 
 
 @pytest.fixture(scope="module")
-def int8(qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory) -> Measurement:
+def int8(
+    stored_qemu_device: QemuSme2Device, tmp_path_factory: pytest.TempPathFactory
+) -> Measurement:
     """Every layer int8-dynamic: one operator kind, every layer on SME2."""
-    return _measured(qemu_device, tmp_path_factory.mktemp("int8"), "coverage_int8", ())
+    return _measured(stored_qemu_device, tmp_path_factory.mktemp("int8"), "coverage_int8", ())
 
 
 def _coverage(verdicts: tuple[Verdict, ...]) -> list[Verdict]:

@@ -44,10 +44,10 @@ def _section(m: Measurement, view: View = View.FULL) -> str:
 
 
 def test_qemu_sme2_shows_multiply_adds_per_sme_instruction_against_its_svl(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    stored_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     plan = MeasurePlan(runs=1, rounds=1, warmup=1, traced_runs=1)
-    m = measure_case(qemu_device, small_model("work_small"), tmp_path, plan)
+    m = measure_case(stored_qemu_device, small_model("work_small"), tmp_path, plan)
     for variant in (Variant.ON, Variant.OFF):
         (op,) = m.variants[variant].work
         assert (op.shape, op.macs, op.m) == (CONV_SHAPE, CONV_MACS, 256)
