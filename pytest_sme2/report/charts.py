@@ -175,7 +175,7 @@ def roofline_chart(m: Measurement, view: EfficiencyView) -> bytes:
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("operator work (multiply-adds per inference)")
     ax.set_ylabel("multiply-adds per instruction" if view.counted else "achieved GFLOP/s")
-    ax.set_title(f"Work and efficiency per operator: {case_title(m)}", fontsize=10)
+    ax.set_title(f"Work and efficiency per operator\n{case_title(m)}", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_sme2.analysis.coverage import Coverage
 from pytest_sme2.analysis.efficiency import (
     FP32_BITS,
     CaseWork,
@@ -275,10 +276,33 @@ def coverage_view(m: Measurement, rows: int = FULL_ROWS) -> CoverageView | None:
     if len(coverage.outside) > rows:
         body.append((f"… and {len(coverage.outside) - rows} more", "", "", ""))
     table = Table(("outside SME2", "shape", "M MACs", "family"), tuple(body)) if body else None
-    packing = tuple(
-        f"{op.name} @{op.call} ({op.shape}) runs {op.family} but spends "
-        f"{pct(op.packing_share or 0.0)} of its instructions packing operands"
-        for op in coverage.operators
-        if op.mostly_packing
+    return CoverageView(sentence, table, _packing_lines(coverage, rows))
+
+
+#: SME2 operators named as spending most in packing (the most packing first); the rest counted
+PACKING_NAMED = 5
+
+
+def _packing_lines(coverage: Coverage, rows: int) -> tuple[str, ...]:
+    """The SME2 operators whose instructions go mostly to packing their operands: how many, then
+    the most packing ones (at most :data:`PACKING_NAMED`, or ``rows`` if fewer)."""
+    packing = sorted(
+        (op for op in coverage.operators if op.mostly_packing),
+        key=lambda o: -(o.packing_share or 0),
     )
-    return CoverageView(sentence, table, packing)
+    if not packing:
+        return ()
+    sme2 = sum(1 for op in coverage.operators if op.sme2)
+    head = (
+        f"{len(packing)} of the {sme2} SME2 operator(s) spend most of their instructions packing "
+        "operands rather than in the SME2 matmul:"
+    )
+    named = min(PACKING_NAMED, rows)
+    lines = [
+        f"{op.name} @{op.call} ({op.shape}): {op.family}, "
+        f"{pct(op.packing_share or 0.0)} of its instructions packing"
+        for op in packing[:named]
+    ]
+    if len(packing) > named:
+        lines.append(f"… and {len(packing) - named} more")
+    return (head, *lines)

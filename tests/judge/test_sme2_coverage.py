@@ -128,7 +128,8 @@ def test_mixed_quantization_covers_the_int8_layers_and_names_the_qb4w_one(
     assert f"SME2-on ran {COVERAGE:.1f}% of its GEMM and convolution work" in text
     assert "| NEON i8mm |" in text and "QB4W" in text
     # a QP8 GEMM of 16 rows: SME2's matmul, but most of its instructions quantize and pack
-    assert "runs SME2 MOPA but spends" in text and "of its instructions packing operands" in text
+    assert "2 of the 2 SME2 operator(s) spend most of their instructions packing operands" in text
+    assert "(linear M=16 N=32 K=64): SME2 MOPA, " in text and "of its instructions packing" in text
 
 
 def _moved_to_neon(m: Measurement, operator: str) -> Measurement:
