@@ -117,6 +117,13 @@ OPTIONS: tuple[Option, ...] = (
         "every traced run's time elsewhere) before the sme2-losses gate fails; off: not judged",
     ),
     Option(
+        "peak",
+        "0",
+        "the chip's peak in GFLOP/s an operator's achieved GFLOP/s is shown against (0: the "
+        "known chips' published figure, else 'peak unknown')",
+        "float",
+    ),
+    Option(
         "init-time-tolerance",
         "15",
         "allowed rise of the fastest method init (weight packing) in ms, in percent",
@@ -324,6 +331,13 @@ def _loss_tolerance(raw: str) -> float | None:
     return percent
 
 
+def _peak(gflops: float) -> float | None:
+    """``--sme2-peak``: GFLOP/s > 0, or 0 for the known chips' figure."""
+    if gflops < 0:
+        raise ConfigError(f"--sme2-peak={gflops:g}: give the chip's peak in GFLOP/s, or 0")
+    return gflops or None
+
+
 def resolve(
     get_option: Callable[[str], Any],
     get_ini: Callable[[str], Any],
@@ -345,6 +359,7 @@ def resolve(
             rounds=values["sme2_rounds"],
             traced_runs=values["sme2_traced_runs"],
             timeout_s=values["sme2_timeout"] or None,
+            peak_gflops=_peak(values["sme2_peak"]),
         ),
         threads=threads,
         models=_split(values["sme2_models"]),

@@ -186,7 +186,7 @@ def measure_toy_cnn(
     import models  # noqa: F401  (registers toy_cnn)
 
     artifact = export_model(get_model("toy_cnn"), "fp32")
-    program = CaseProgram("toy_cnn", "fp32", artifact.pte, artifact.inputs)
+    program = CaseProgram("toy_cnn", "fp32", artifact.pte, artifact.inputs, artifact.etrecord)
     if expected_outputs is not None:
         program = replace(program, expected_outputs=expected_outputs)
     return measure(device, program, plan, workdir, deadline=deadline)

@@ -71,7 +71,13 @@ def counted_run(guest: QemuGuest, request: RunRequest, store: CountStore) -> Cou
     )
     init = counted.init.total if counted.init is not None else None
     return CountedRun(
-        result, replace(evidence, init_instructions=init, stored_count_at=counted.counted_at)
+        result,
+        replace(
+            evidence,
+            init_instructions=init,
+            stored_count_at=counted.counted_at,
+            sme_functions=dict(inference.sme_functions),
+        ),
     )
 
 

@@ -106,6 +106,17 @@ class Calibration:
 
 
 @dataclass(frozen=True)
+class StoredCoverage:
+    """A variant's SME2 coverage as a baseline keeps it (:mod:`pytest_sme2.judge.sme2_coverage`):
+    the share of its GEMM and convolution multiply-adds run in SME2 kernels, in percent, and the
+    operators that ran them (their labels: :attr:`~pytest_sme2.analysis.coverage.
+    OperatorCoverage.label`), so a fall names those that left."""
+
+    percent: float
+    sme2_operators: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class VariantBaseline:
     """One variant's portable expectations: true on every machine of the device kind.
 
@@ -131,6 +142,8 @@ class VariantBaseline:
     #: kernel family (``SME2 MOPA``, ``NEON``…) → its operators per inference; what shows a
     #: layer moved from SME2's outer products to its one-row kernel, or to NEON
     operator_kernel_families: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: SME2-on's share of the GEMM and convolution work in SME2 kernels, where the work is known
+    sme2_coverage: StoredCoverage | None = None
     #: the scalar quantities of the variant (init instructions, planned memory, …)
     figures: Figures = field(default_factory=dict)
 

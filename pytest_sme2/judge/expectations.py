@@ -18,6 +18,9 @@ from pytest_sme2.validation import key_path, problem, validator
 #: ``sme2_loss_tolerance`` not given by the marker: the session's tolerance applies (the marker's
 #: None turns the gate off, so absent and None must differ).
 SESSION = "session"
+#: Points SME2 coverage may fall from the baseline's: exact where the device counts kernels per
+#: operator, so any layer's move shows; 1 point lets a layer of under 1 % of the work move.
+COVERAGE_TOLERANCE_POINTS = 1.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class Expectations:
     #: % an operator may cost more with SME2 on than off (``judge.sme2_losses``); None: not
     #: judged for this test; :data:`SESSION` (not given): the session's ``--sme2-loss-tolerance``
     sme2_loss_tolerance: float | str | None = SESSION
+    #: the least share (%) of the GEMM and convolution work SME2-on must run in SME2 kernels
+    #: (``judge.sme2_coverage``); None: no floor
+    min_sme2_coverage: float | None = None
+    #: points SME2 coverage may fall from the baseline's before the case fails
+    sme2_coverage_tolerance: float = COVERAGE_TOLERANCE_POINTS
 
     def loss_tolerance(self, session: float | None) -> float | None:
         """The SME2 loss tolerance of this test: the marker's where it gives one (None: off),
@@ -132,6 +140,8 @@ MARKER_SCHEMA: Mapping[str, Any] = {
         "min_share": _SHARES,
         "require_sme2_kernels": {"type": "boolean"},
         "sme2_loss_tolerance": {"type": ["number", "null"], "minimum": 0},
+        "min_sme2_coverage": {"type": ["number", "null"], "minimum": 0, "maximum": 100},
+        "sme2_coverage_tolerance": {"type": "number", "minimum": 0},
         "op_counts": {
             "type": "object",
             "additionalProperties": {"type": "number", "minimum": 0},

@@ -32,6 +32,7 @@ from pytest_sme2.judge.output_gates import NUMERICS, PARITY
 from pytest_sme2.judge.scalar import Place, ScalarGates, ScalarSpec
 from pytest_sme2.judge.scalars import SCALARS
 from pytest_sme2.judge.shares import SHARES
+from pytest_sme2.judge.sme2_coverage import SME2_COVERAGE
 from pytest_sme2.judge.sme2_gate import SME2_KERNELS
 from pytest_sme2.judge.sme2_losses import SME2_LOSSES
 from pytest_sme2.judge.speedup import SPEEDUP
@@ -41,7 +42,7 @@ from pytest_sme2.judge.time_gates import AGAINST_TIME_RECORD
 
 #: The compound parts of a variant's portable part, of a variant's times and of a time record,
 #: in the order an update lists their changes.
-VARIANT_PARTS = (STRUCTURE, KERNEL_SELECTION, KERNEL_FAMILIES, COUNTED)
+VARIANT_PARTS = (STRUCTURE, KERNEL_SELECTION, KERNEL_FAMILIES, SME2_COVERAGE, COUNTED)
 TIME_PARTS = (LATENCY, SHARES)
 RECORD_PARTS = (SPEEDUP, CALIBRATION)
 
@@ -82,6 +83,7 @@ class Quantities:
             STRUCTURE,
             KERNEL_SELECTION,
             KERNEL_FAMILIES,
+            SME2_COVERAGE,
             AGAINST_TIME_RECORD,
         )
 

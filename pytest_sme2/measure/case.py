@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pytest_sme2 import progress
 from pytest_sme2.analysis.categories import Classifier
+from pytest_sme2.analysis.efficiency import Peak, chip_peak
 from pytest_sme2.analysis.profile import Profile
 from pytest_sme2.analysis.trace import Trace
 from pytest_sme2.devices.base import Device
@@ -97,9 +98,9 @@ def _timed_variant(runs: CaseRuns, variant: Variant, timed: Sequence[RunResult])
     traced, trace = runs.traced(variant)
     variant_profile = runs.traced_profile(traced, trace)
     evidence = runs.evidence(variant)
+    record = _variant_record(variant, traced, variant_profile, evidence, timed, trace=trace)
     return _Measured(
-        _variant_record(variant, traced, variant_profile, evidence, timed, trace=trace),
-        traced,
+        replace(record, work=runs.work(trace.runs[-1] if trace.runs else None)), traced
     )
 
 
@@ -142,7 +143,9 @@ def _emulated_variant(runs: CaseRuns, variant: Variant) -> _Measured:
     record = _variant_record(
         variant, traced, variant_profile, evidence, (), trace=trace, modelled_etdump=modelled
     )
-    return _Measured(record, traced)
+    inference = instructions or trace
+    work = runs.work(inference.runs[-1] if inference is not None and inference.runs else None)
+    return _Measured(replace(record, work=work), traced)
 
 
 def _variant_record(
@@ -198,7 +201,16 @@ def _record(
         overrides=dict(classifier.overrides) if classifier is not None else {},
         tokens=program.tokens,
         disturbance=disturbance(timing, traced, cpu_load) if timing is not None else None,
+        peak=_peak(runs) if runs.info.time_meaningful else None,
     )
+
+
+def _peak(runs: CaseRuns) -> Peak:
+    """The peak the case's operators are shown against: ``--sme2-peak``, else the device's
+    chip's published figure (a Mac's ``chip``, a phone's ``soc``)."""
+    fingerprint = runs.info.fingerprint
+    chip = str(fingerprint.get("chip") or fingerprint.get("soc") or "")
+    return chip_peak(chip, runs.program.dtype, runs.plan.peak_gflops)
 
 
 def program_load(

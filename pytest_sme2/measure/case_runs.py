@@ -19,7 +19,8 @@ from pytest_sme2 import progress
 from pytest_sme2.analysis.categories import Classifier
 from pytest_sme2.analysis.etrecord import delegate_backends
 from pytest_sme2.analysis.profile import INSTRUCTIONS, Profile, profile
-from pytest_sme2.analysis.trace import Trace, read_etdump
+from pytest_sme2.analysis.trace import Run, Trace, read_etdump
+from pytest_sme2.analysis.work import OperatorWork, ProgramWork, operator_work, read_program_work
 from pytest_sme2.devices.base import (
     EVIDENCE_EXECUTIONS,
     CountedRun,
@@ -54,6 +55,9 @@ class CaseRuns:
     backends: Mapping[int, str] | None
     #: the export's eager outputs, which every run's outputs must fit
     expected: Sequence[np.ndarray] | None
+    #: the GEMM and convolution nodes of each delegate call (from the ETRecord), for each
+    #: variant's work per operator; None without an ETRecord that has them
+    program_work: ProgramWork | None = None
 
     @classmethod
     def start(
@@ -81,6 +85,7 @@ class CaseRuns:
             classifier=classifier,
             backends=delegate_backends(etrecord) if etrecord is not None else None,
             expected=read_tensors(expected) if expected is not None else None,
+            program_work=_program_work(etrecord),
         )
 
     def apart(self) -> CaseRuns:
@@ -163,6 +168,13 @@ class CaseRuns:
         """The traced run's profile, its warm-up runs dropped."""
         return profile(trace, warmup=run.warmup, classifier=self.classifier, backends=self.backends)
 
+    def work(self, run: Run | None) -> tuple[OperatorWork, ...]:
+        """The work of each GEMM and convolution operator of ``run`` (one inference of the
+        variant); () where the program's ETRecord gives none."""
+        if run is None or self.program_work is None:
+            return ()
+        return operator_work(run, self.program_work)
+
     def counted_profile(self, evidence: Sme2Evidence) -> Profile:
         """Where time means nothing, the profile is the counted inference's instructions."""
         assert evidence.instruction_trace is not None, "a counted run is traced"
@@ -184,3 +196,15 @@ class CaseRuns:
             where = f"{self.info.name} ({variant}{', ' + what if what else ''})"
             kind = DeviceLost if isinstance(err, DeviceLost) else RunnerError
             raise kind(f"{where}: {err}") from err
+
+
+def _program_work(etrecord: Path | None) -> ProgramWork | None:
+    """The ETRecord's GEMM and convolution work; None without one, or one that holds no edge
+    program to read shapes from (a registered program's own ETRecord may be older): the
+    measurement then shows no work, which the reports say, rather than failing."""
+    if etrecord is None:
+        return None
+    try:
+        return read_program_work(etrecord)
+    except TraceError:
+        return None

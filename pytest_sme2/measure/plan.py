@@ -31,6 +31,9 @@ class MeasurePlan:
     #: every runner call's deadline in seconds (``--sme2-timeout``); None: from the baseline
     #: (:mod:`pytest_sme2.measure.deadline`), else the device's default
     timeout_s: float | None = None
+    #: ``--sme2-peak``: the chip's peak GFLOP/s operators are shown against; None: the known
+    #: chips' published figure (:data:`pytest_sme2.analysis.efficiency.CHIP_PEAKS`)
+    peak_gflops: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("runs", "rounds", "traced_runs", "threads"):

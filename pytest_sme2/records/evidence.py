@@ -5,7 +5,7 @@ instruction counts, the counted inference's instruction trace (:class:`Sme2Evide
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_sme2.analysis.attribution import OperatorKernels
@@ -45,6 +45,10 @@ class Sme2Evidence:
     #: where the counts were read back from a stored counted run rather than counted in this
     #: session, when that run was counted (:mod:`pytest_sme2.devices.stored_counts`); else ""
     stored_count_at: str = ""
+    #: SME instructions per function of the counted inference (those with any), where the device
+    #: counts them: what splits an operator's instructions into SME and other
+    #: (:mod:`pytest_sme2.analysis.efficiency`)
+    sme_functions: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

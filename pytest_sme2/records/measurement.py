@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sme2.analysis.attribution import OperatorKernels
+from pytest_sme2.analysis.efficiency import Peak
 from pytest_sme2.analysis.kernel_names import ExecutedKernel
 from pytest_sme2.analysis.numerics import ExportNumerics, Numerics
 from pytest_sme2.analysis.profile import Comparison, Profile, compare
 from pytest_sme2.analysis.trace import Trace, read_etdump
+from pytest_sme2.analysis.work import OperatorWork
 from pytest_sme2.records.device import DeviceInfo, Variant
 from pytest_sme2.records.disturbance import Disturbance
 from pytest_sme2.records.evidence import CpuSeen, Sme2Evidence
@@ -94,6 +96,9 @@ class VariantMeasurement:
     #: what the variant's runner saw of the CPU (SME, SME2, its vector length, XNNPACK's SME2
     #: kernels): the proof of its label, where the runner reports it
     seen: CpuSeen | None = None
+    #: each GEMM and convolution operator event of one inference with its multiply-adds, from
+    #: the program's ETRecord (:mod:`pytest_sme2.analysis.work`); () where there is none
+    work: tuple[OperatorWork, ...] = ()
     #: the traced run's ETDump, parsed, where the measurement parsed it: kept in memory only
     #: (neither saved nor compared) so the report and the ``sme2_trace`` fixture need not parse
     #: it again; a record read back from JSON, or one whose profile came from a counted run, has
@@ -119,6 +124,7 @@ class VariantMeasurement:
             else _relative(self.modelled_etdump, base),
             # only where reported: the records of runners that said nothing keep their shape
             **({"cpu_seen": self.seen.to_json()} if self.seen is not None else {}),
+            **({"work": [op.to_json() for op in self.work]} if self.work else {}),
         }
 
     @classmethod
@@ -137,6 +143,7 @@ class VariantMeasurement:
             if data.get("modelled_etdump") is None
             else _resolve(data["modelled_etdump"], base),
             seen=CpuSeen.from_timings(data),
+            work=tuple(OperatorWork.from_json(op) for op in data.get("work", ())),
         )
 
 
@@ -172,6 +179,9 @@ class Measurement:
     #: each variant's timing-only latencies at 1 thread, timed in the same rounds as
     #: ``variants``' N-thread ones where a thread-gain floor asked for them; {} otherwise
     one_thread_ms: Mapping[Variant, tuple[float, ...]] = field(default_factory=dict)
+    #: the chip's peak GFLOP/s each operator's achieved GFLOP/s is shown against, where time
+    #: means something (:func:`pytest_sme2.analysis.efficiency.chip_peak`); None elsewhere
+    peak: Peak | None = None
     comparison: Comparison | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -236,6 +246,7 @@ class Measurement:
                 if self.one_thread_ms
                 else {}
             ),
+            **({"peak": self.peak.to_json()} if self.peak is not None else {}),
         }
 
     @classmethod
@@ -262,6 +273,7 @@ class Measurement:
             one_thread_ms={
                 Variant(v): tuple(ms) for v, ms in data.get("one_thread_ms", {}).items()
             },
+            peak=Peak.from_json(data["peak"]) if data.get("peak") else None,
         )
 
 
@@ -294,6 +306,7 @@ def _evidence_json(evidence: Sme2Evidence) -> dict[str, Any]:
         "operator_kernels": [op.to_json() for op in evidence.operator_kernels],
         "init_instructions": evidence.init_instructions,
         "stored_count_at": evidence.stored_count_at,
+        **({"sme_functions": dict(evidence.sme_functions)} if evidence.sme_functions else {}),
     }
 
 
@@ -316,6 +329,7 @@ def _evidence_from_json(data: Mapping[str, Any]) -> Sme2Evidence:
         ),
         init_instructions=data.get("init_instructions"),
         stored_count_at=data.get("stored_count_at", ""),
+        sme_functions=dict(data.get("sme_functions", {})),
     )
 
 

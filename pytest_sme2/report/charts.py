@@ -14,9 +14,13 @@ import io
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from pytest_sme2.analysis.categories import CATEGORIES
+from pytest_sme2.analysis.efficiency import ideal_macs_per_sme, operand_bits
+from pytest_sme2.records.device import Variant
 from pytest_sme2.records.measurement import Measurement
+from pytest_sme2.report.efficiency_view import EfficiencyView, efficiency_view
 from pytest_sme2.report.format import (
     case_title,
     counts_instructions,
@@ -140,12 +144,75 @@ def scaling_chart(view: ScalingView) -> bytes:
     return _png(fig)
 
 
+def roofline_chart(m: Measurement, view: EfficiencyView) -> bytes:
+    """Roofline-style: each GEMM and convolution operator's work (x, MACs) against what its cost
+    achieved (y), SME2-on and SME2-off, under the limit (dashed). Emulated: MACs per instruction
+    of each variant and SME2-on's per SME instruction, under one full-tile outer product per SME
+    instruction; timed: GFLOP/s under the chip's peak (where known)."""
+    fig = Figure(figsize=(6.4, 4.2), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    series = []
+    for variant, found in view.variants.items():
+        known = [op for op in found if op.macs]
+        if view.counted:
+            series.append((f"{variant} per instruction", known, "macs_per_instruction"))
+            if variant is Variant.ON:
+                series.append((f"{variant} per SME instruction (≈)", known, "macs_per_sme"))
+        else:
+            series.append((f"{variant}", known, "gflops"))
+    for label, known, figure in series:
+        points = [(op.macs, getattr(op, figure)) for op in known if getattr(op, figure)]
+        if points:
+            x, y = zip(*points, strict=True)
+            ax.scatter(x, y, s=22, alpha=0.75, label=label)
+    for limit, words in _roofline_limits(m, view):
+        ax.axhline(limit, linestyle="--", color="#444444", linewidth=1)
+        ax.set_ylim(top=max(limit * 3, ax.get_ylim()[1]))
+        ax.text(ax.get_xlim()[0], limit, f" {words}", va="bottom", fontsize=8)
+    ax.xaxis.set_minor_formatter(NullFormatter())  # 2×10⁵, 3×10⁵… overlap
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("operator work (multiply-adds per inference)")
+    ax.set_ylabel("multiply-adds per instruction" if view.counted else "achieved GFLOP/s")
+    ax.set_title(f"Work and efficiency per operator\n{case_title(m)}", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def _roofline_limits(m: Measurement, view: EfficiencyView) -> list[tuple[float, str]]:
+    """The ceiling lines and their words: a full-tile outer product per SME instruction at
+    SME2-on's SVL for each operand width its SME operators have (an int8-dynamic model's fp32
+    layers have FP32's), or the chip's peak GFLOP/s."""
+    if view.counted:
+        svl = view.svl_bytes or 0
+        on = view.variants.get(Variant.ON, ())
+        widths = sorted({operand_bits(op.name) for op in on if op.ideal and op.macs_per_sme})
+        return [
+            (
+                ideal_macs_per_sme(svl, bits),
+                f"ideal: {ideal_macs_per_sme(svl, bits):,} MACs per {bits}-bit outer product, "
+                f"SVL {svl * 8}",
+            )
+            for bits in widths
+        ]
+    if m.peak is None or not m.peak.gflops:
+        return []
+    return [(m.peak.gflops, f"peak {m.peak.gflops:,.0f} GFLOP/s")]
+
+
 def render_charts(m: Measurement) -> dict[str, bytes]:
     """Every chart of a measurement, by file stem; no latency chart where the profiles count
-    instructions (emulated time is no signal)."""
-    if counts_instructions(m):
-        return {"categories": category_chart(m)}
-    return {"categories": category_chart(m), "latency": latency_chart(m)}
+    instructions (emulated time is no signal); a roofline where the operators' work is known."""
+    charts = {"categories": category_chart(m)}
+    if not counts_instructions(m):
+        charts["latency"] = latency_chart(m)
+    view = efficiency_view(m)
+    if view is not None:
+        charts["roofline"] = roofline_chart(m, view)
+    return charts
 
 
 def data_uri(png: bytes) -> str:

@@ -17,6 +17,7 @@ from pytest_sme2.analysis.kernels import BOTTLENECK_SHARE
 from pytest_sme2.analysis.losses import OperatorLoss
 from pytest_sme2.analysis.ops import parse_op_name
 from pytest_sme2.analysis.profile import OTHER, Profile, per_run_by_kind
+from pytest_sme2.judge.sme2_coverage import variant_coverage
 from pytest_sme2.judge.sme2_losses import LOSS_GATES
 from pytest_sme2.judge.time_gates import LATENCY_SENSITIVITY, NO_TIME_RECORD
 from pytest_sme2.judge.wording import case_name
@@ -387,6 +388,7 @@ def summary_row(m: Measurement, verdicts: Sequence[Verdict]) -> dict[str, str]:
     return {
         **row,
         "SME2 kernels (on)": sme2_kernels_text(m),
+        "SME2 coverage (on)": coverage_text(m),
         "top category": f"{top} {100 * shares[top]:.0f}% ({head})",
         "latency gate sees": latency_sensitivity(verdicts),
         "numerics": numerics_text(m),
@@ -403,6 +405,15 @@ def sme2_kernels_text(m: Measurement) -> str:
         return "—"
     kernels = on.evidence.sme2_kernels
     return f"{len(kernels)} ran" if kernels else "none"
+
+
+def coverage_text(m: Measurement) -> str:
+    """SME2-on's share of the GEMM and convolution work run in SME2 kernels ("87.5%"), where its
+    work is known on a device with SME2; "—" elsewhere."""
+    on = m.variants.get(Variant.ON)
+    coverage = variant_coverage(on) if on is not None and m.device.has_sme2 else None
+    percent = coverage.percent if coverage is not None else None
+    return "—" if percent is None else f"{percent:.1f}%"
 
 
 def latency_sensitivity(verdicts: Sequence[Verdict]) -> str:

@@ -26,6 +26,7 @@ from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.records.verdict import Verdict
 from pytest_sme2.report import advice
 from pytest_sme2.report import content as c
+from pytest_sme2.report import efficiency_view as w
 from pytest_sme2.report import evidence as e
 from pytest_sme2.report import format as fmt
 from pytest_sme2.report.format import Table
@@ -259,6 +260,35 @@ def _kernels(case: Case) -> Section | None:
     return None if kernels is None else Section(e.KERNEL_VIEW_TITLE, (kernels,))
 
 
+def _work(case: Case) -> Section:
+    """Each GEMM and convolution operator's multiply-adds and how near its cost came to the
+    limit: per SME instruction against a full-tile outer product (emulated), GFLOP/s against
+    the chip's peak (timed)."""
+    view = w.efficiency_view(case.m)
+    if view is None:
+        unknown = "Work unknown: the program has no ETRecord whose edge program gives shapes."
+        return Section(w.WORK_TITLE, (Paragraph(unknown),))
+    table = w.operator_table(view, w.BRIEF_ROWS if case.brief else w.FULL_ROWS)
+    lines = Bullets(tuple(w.summary_lines(case.m, view)))
+    if case.brief:
+        return Section(w.WORK_TITLE, (lines, table))
+    return Section(w.WORK_TITLE, (Paragraph(w.explanation(view)), lines, table))
+
+
+def _coverage(case: Case) -> Section | None:
+    """SME2-on's share of the GEMM and convolution work in SME2 kernels, the operators outside
+    SME2, and the SME2 ones whose instructions go mostly to packing."""
+    view = w.coverage_view(case.m, w.BRIEF_ROWS if case.brief else w.FULL_ROWS)
+    if view is None:
+        return None
+    parts: list[Part] = [Paragraph(view.sentence)]
+    if view.outside is not None:
+        parts.append(view.outside)
+    if view.packing:
+        parts.append(Bullets(view.packing))
+    return Section(w.COVERAGE_TITLE, tuple(parts))
+
+
 def _losses(case: Case) -> Section:
     """Every operator that cost more with SME2 on than off, at no tolerance (above the size the
     gate judges): the gate fails those beyond it, and the near misses it lets pass are what to
@@ -317,6 +347,8 @@ BUILDERS: tuple[Callable[[Case], Section | None], ...] = (
     _non_delegated,
     _evidence,
     _kernels,
+    _work,
+    _coverage,
     _losses,
     _numerics,
     _verdicts,

@@ -31,6 +31,8 @@ from pytest_sme2.export.exporter import Artifact, export_model
 from pytest_sme2.export.model_spec import get_model
 from pytest_sme2.measure.case import MeasurePlan
 from pytest_sme2.records.device import Variant
+from pytest_sme2.report.content import coverage_text
+from pytest_sme2.report.efficiency_view import efficiency_view
 from pytest_sme2.runner.build import build_runner
 from pytest_sme2.runner.invoke import Executions, RunnerCall, run_runner
 from pytest_sme2.runner.tensors import read_tensors
@@ -375,3 +377,11 @@ def test_sme2_on_and_off_on_a_phone_with_sme2(
     assert on.outputs is not None and off.outputs is not None
     for a, b in zip(read_tensors(on.outputs), read_tensors(off.outputs), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # a phone shows no kernels per operator: SME2 coverage by its packed operators' names (all
+    # four of toy_cnn's GEMMs and convolutions are PF32), GFLOP/s against no published peak
+    assert coverage_text(measured) == "100.0%"
+    assert measured.peak is not None and measured.peak.source.startswith("peak unknown for MT6993")
+    view = efficiency_view(measured)
+    assert view is not None and all(
+        op.gflops for op in view.variants[Variant.ON] if (op.macs or 0) > 10**6
+    )

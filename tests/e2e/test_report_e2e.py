@@ -249,7 +249,8 @@ def test_a_fleets_html_report_renders_in_headless_chromium(
     probe_page = tmp_path / "probe.html"
     probe_page.write_text(html.replace("</body>", PROBE + "</body>"))
     dom = dump_dom(browser, probe_page, tmp_path / "chromium-profile")
-    assert rendered_charts(dom) == {"categories", "latency"}
+    # the roofline of each case's operators: the work of each known from the program's ETRecord
+    assert rendered_charts(dom) == {"categories", "latency", "roofline"}
     assert dom.count('class="sme2-table"') >= 5
     for header in ("Device", "Model", "Dtype", "E2E off (ms)", "E2E on (ms)", "Speedup"):
         assert re.search(rf'<th class="col-sme2-[\w-]+">{re.escape(header)}</th>', dom), header
@@ -273,8 +274,12 @@ def test_a_fleets_html_report_renders_in_headless_chromium(
         "instructions off ÷ on",
         KERNEL_VIEW_TITLE,
         "sme2-on share of operator",
+        "Work and efficiency",
+        "MACs/SME instr on",
+        "SME2 coverage",
     ):
         assert text in qemu_extra, text
+    assert 'data-chart="roofline"' in qemu_extra
     assert "<h4>Latency" not in qemu_extra and "median ms" not in qemu_extra
     assert 'data-chart="latency"' not in qemu_extra
 
