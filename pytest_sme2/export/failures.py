@@ -45,9 +45,15 @@ _MACHINE_CAUSES: tuple[type[BaseException], ...] = (
     RunnerError,
     subprocess.SubprocessError,
 )
-#: torch's own words (RuntimeErrors) for a cause that is the machine's or the process's: out of
-#: memory, and an operator library registered twice in one process (a module imported again).
-_NOT_THE_PROGRAM = ("can't allocate memory", "out of memory", "only a single torch_library")
+#: torch's own words for a cause that is the machine's or the process's: out of memory, and an
+#: operator library or a cache artifact registered twice in one process (a module imported again,
+#: as after a test framework dropped it from ``sys.modules``).
+_NOT_THE_PROGRAM = (
+    "can't allocate memory",
+    "out of memory",
+    "only a single torch_library",
+    "already registered",
+)
 
 
 def record_path(directory: Path) -> Path:
