@@ -18,13 +18,6 @@ from tests.skip_policy import register as register_skip_policy
 PLATFORM_SKIPS = Path(__file__).with_name("platform_skips.toml")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """End-to-end tests first, every module's order kept: xdist hands tests out in this order as
-    workers free up, and a 20-second session test handed out last keeps one worker busy while the
-    other has nothing left (the longest first leaves the tail to tests of milliseconds)."""
-    items.sort(key=lambda item: item.path.parent.name != "e2e")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Skips are listed or fail the session (:mod:`tests.skip_policy`)."""
     register_skip_policy(config, PLATFORM_SKIPS)
