@@ -23,6 +23,20 @@ def pytest_configure(config: pytest.Config) -> None:
     register_skip_policy(config, PLATFORM_SKIPS)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def operator_libraries_imported_once() -> None:
+    """Before any test's ``pytester``: the libraries an in-process export imports, which register
+    torch operator libraries and cache artifacts in C++. pytester drops every module a test
+    imported from ``sys.modules`` when the test ends, and the next import of such a module
+    registers again and fails ("Only a single TORCH_LIBRARY …", "… already registered"): from an
+    empty cache, test_lab's in-process configs imported executorch first on one worker, and every
+    in-process export on it failed after."""
+    import executorch.backends.xnnpack.partition.xnnpack_partitioner
+    import executorch.devtools
+    import executorch.exir  # noqa: F401
+    import torchao.quantization  # noqa: F401
+
+
 @pytest.fixture
 def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test's own progress (:mod:`pytest_sme2.progress`): the exports it finishes and the
