@@ -23,18 +23,18 @@ def pytest_configure(config: pytest.Config) -> None:
     register_skip_policy(config, PLATFORM_SKIPS)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def operator_libraries_imported_once() -> None:
-    """Before any test's ``pytester``: the libraries an in-process export imports, which register
-    torch operator libraries and cache artifacts in C++. pytester drops every module a test
-    imported from ``sys.modules`` when the test ends, and the next import of such a module
-    registers again and fails ("Only a single TORCH_LIBRARY …", "… already registered"): from an
-    empty cache, test_lab's in-process configs imported executorch first on one worker, and every
-    in-process export on it failed after."""
-    import executorch.backends.xnnpack.partition.xnnpack_partitioner
-    import executorch.devtools
-    import executorch.exir  # noqa: F401
-    import torchao.quantization  # noqa: F401
+@pytest.fixture(scope="session")
+def operator_libraries_imported() -> None:
+    """The libraries an in-process export imports, which register torch operator libraries and
+    cache artifacts in C++: imported once per process, quietly (their import warnings are the
+    libraries', :func:`pytest_sme2.quiet.quiet_libraries`)."""
+    from pytest_sme2.quiet import quiet_libraries
+
+    with quiet_libraries():
+        import executorch.backends.xnnpack.partition.xnnpack_partitioner
+        import executorch.devtools
+        import executorch.exir  # noqa: F401
+        import torchao.quantization  # noqa: F401
 
 
 @pytest.fixture
@@ -97,7 +97,10 @@ def inner_sessions_spare_plugins() -> Iterator[None]:
 
 @pytest.fixture
 def pytester(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    operator_libraries_imported: None,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> pytest.Pytester:
     """pytest's ``pytester``, whose inner sessions judge time even where other work took the CPU
     and share the suite's cache (:data:`SHARED_CACHE`; a test about an empty cache sets its own).
@@ -109,6 +112,12 @@ def pytester(
     pytester's own set-up, which clears ``PYTEST_ADDOPTS``. Its ``runpytest_subprocess`` sessions
     are forked from a server that has imported torch (:mod:`tests.forked_sessions`), except for a
     test marked ``fresh_interpreter`` (one about what importing the libraries does).
+
+    And only once the libraries of an in-process export are imported
+    (:func:`operator_libraries_imported`): pytester drops the modules a test imported from
+    ``sys.modules`` when it ends, and importing them again registers again and fails ("Only a
+    single TORCH_LIBRARY …", "… already registered"). From an empty cache a pytester test came
+    first on a worker, and every in-process export there failed after.
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(INNER_DEFAULTS))
     monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
