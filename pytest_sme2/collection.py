@@ -74,6 +74,9 @@ def check_collected(config: pytest.Config, items: list[pytest.Item]) -> None:
     from pytest_sme2.errors import ConfigError
     from pytest_sme2.measure.fleet import xdist_group
 
+    # without pytest-xdist (the main job installs none) the marker is nobody's: pytest warns of
+    # an unknown mark, and fails the session under --strict-markers
+    distributed = config.pluginmanager.hasplugin("xdist")
     reported: set[str] = set()
     kept = []
     for item in items:
@@ -90,7 +93,7 @@ def check_collected(config: pytest.Config, items: list[pytest.Item]) -> None:
         kept.append(item)
         case = case_of(item)
         group = xdist_group(case.device) if case is not None else None
-        if group is not None:
+        if group is not None and distributed:
             item.add_marker(pytest.mark.xdist_group(group))
     items[:] = kept
 
