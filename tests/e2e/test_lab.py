@@ -32,7 +32,7 @@ import pytest
 from pytest_sme2.judge.history import read_history
 from pytest_sme2.lab.hooks import check_workers
 from pytest_sme2.runner.build import build_runner
-from tests.adb_double import install
+from tests.adb_double import configure, install, servers_seen
 from tests.devices.test_device_android import _FEATURES, NO_SME2_PHONE, cpuinfo
 from tests.inner import INNER_TEST, REPO, SHARED_CACHE, inner_conftest
 
@@ -52,6 +52,28 @@ def lab_machine_goes_away(sme2_case):
     if sme2_case.model.name == "two":
         os.kill(os.getpid(), signal.SIGKILL)
 """
+
+#: the controller's conftest adds: the phone's adb server (a lab host's) goes away as its
+#: second case starts
+SERVER_GOES_AWAY = """
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.adb_double import configure
+
+
+@pytest.fixture(autouse=True)
+def phone_server_goes_away(sme2_case):
+    if sme2_case.device.id.startswith("android") and sme2_case.model.name == "two":
+        configure(Path(os.environ["SME2_TEST_PHONE"]), server_gone=True)
+"""
+
+#: the phone's adb server: a lab host's (the double answers for it; it listens on nothing)
+PHONE_SERVER = "127.0.0.1:15039"
+PHONE = f"android:server={PHONE_SERVER}:serial=PHONEA1"
 
 #: each side collects the same tests from its own directory (no test path on the command line:
 #: xdist maps an existing path to its rsync roots, and a remote worker has its own checkout)
@@ -135,21 +157,28 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     monkeypatch: pytest.MonkeyPatch,
     lab_machine: LabMachine,
 ) -> None:
-    """``--tx popen --tx socket=…//id=lab`` with ``host,android:…,qemu-sme2:worker=lab``: the
-    host's and a phone's three cases each run here (the phone an adb double running the host
-    runner: a real adb server's phones are tests/devices/test_adb_server.py's), the emulated
-    device's on the lab machine; its first case comes back whole (run directory, history record,
-    a row of the one report), then the machine dies: its second case and its third fail in one
-    line each naming the device and the worker, the others pass. A third machine, ``gone`` (a
-    port nothing listens on), is not there as the session starts: the device named for it fails
-    its cases in one line each, and the session goes on."""
+    """``--tx popen --tx socket=…//id=lab`` with ``host,android:server=…,qemu-sme2:worker=lab``:
+    the host's three cases and a phone's behind a lab host's adb server run here (the phone an
+    adb double running the host runner, every call naming that server: a real adb server's
+    phones are tests/devices/test_adb_server.py's), the emulated device's on the lab machine;
+    its first case comes back whole (run directory, history record, a row of the one report),
+    then the machine dies, and the phone's server goes away as its second case starts: the
+    second and third cases of each fail in one line each naming the device and the worker or the
+    server, the others pass. A third machine, ``gone`` (a port nothing listens on), is not there
+    as the session starts: the device named for it fails its cases in one line each, and the
+    session goes on."""
     controller = lab_machine.controller(pytester, monkeypatch, "one", "two", "three")
+    (pytester.path / "conftest.py").write_text(
+        (pytester.path / "conftest.py").read_text() + SERVER_GOES_AWAY
+    )
     phone = install(
         tmp_path / "phone",
         serial="PHONEA1",
         cpuinfo=cpuinfo(8, _FEATURES),
         properties=NO_SME2_PHONE,
     )
+    configure(tmp_path / "phone", server=PHONE_SERVER)
+    monkeypatch.setenv("SME2_TEST_PHONE", str(tmp_path / "phone"))
     artifacts, history, junit = tmp_path / "artifacts", tmp_path / "history", tmp_path / "j.xml"
     with socket.socket() as closed:  # bound, never listening: connections are refused
         closed.bind(("127.0.0.1", 0))
@@ -157,7 +186,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             *controller,
             "--tx",
             f"socket=127.0.0.1:{closed.getsockname()[1]}//id=gone",
-            "--sme2-device=host,android:serial=PHONEA1,qemu-sme2:worker=lab,host:worker=gone",
+            f"--sme2-device=host,{PHONE},qemu-sme2:worker=lab,host:worker=gone",
             f"--sme2-adb={phone}",
             f"--sme2-runner-on={build_runner('host')}",
             "--sme2-update-baselines",
@@ -167,7 +196,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             f"--html={tmp_path / 'html' / 'report.html'}",
             timeout=900,
         )
-    result.assert_outcomes(passed=7, failed=5)
+    result.assert_outcomes(passed=5, failed=5, errors=2)  # the phone is lost in its set-up
     ended = {}
     for case in ET.parse(junit).iter("testcase"):
         failure = case.find("failure")
@@ -178,7 +207,12 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
         )
     for model in ("one", "two", "three"):
         assert ended[f"test_model[host-{model}-fp32]"] == "passed"
-        assert ended[f"test_model[android:serial=PHONEA1-{model}-fp32]"] == "passed"
+    assert ended[f"test_model[{PHONE}-one-fp32]"] == "passed"
+    assert set(servers_seen(tmp_path / "phone")) == {PHONE_SERVER}  # every adb call named it
+    gone = f"adb server {PHONE_SERVER} cannot be reached (adb: cannot connect to daemon"
+    for model, says in (("two", gone), ("three", f"{PHONE} was lost earlier in this session: ")):
+        said = ended[f"test_model[{PHONE}-{model}-fp32]"]
+        assert says in said and "\n" not in said, said
     assert ended["test_model[qemu-sme2:worker=lab-one-fp32]"] == "passed"
     lost = "qemu-sme2:worker=lab: the xdist worker 'lab' that runs its cases went away ("
     for model, tail in (("two", ") while running it"), ("three", ")")):
@@ -199,7 +233,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     across = report.split("## Across devices", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in across.splitlines() if line.startswith("| ")][2:]
     assert sorted(line.split(" | ")[2] for line in rows) == [
-        *["android:serial=PHONEA1"] * 3,
+        PHONE,
         *["host"] * 3,
         "qemu-sme2:worker=lab",
     ], across
@@ -226,7 +260,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     # each side keeps its own baselines, by device (the worker is where, not what)
     assert (lab_machine.checkout / "baselines" / "qemu-sme2" / "one-fp32.json").is_file()
     assert sorted(p.name for p in (pytester.path / "baselines").iterdir()) == [
-        "android@serial=PHONEA1",
+        "android@server=127.0.0.1@15039@serial=PHONEA1",
         "host",
     ]
 
