@@ -16,18 +16,14 @@ def test_without_xdist_a_real_devices_cases_carry_no_unknown_mark(
     pytester: pytest.Pytester,
 ) -> None:
     """The main job's first run (2026-12-07) warned "Unknown pytest.mark.xdist_group" in its
-    summary; under ``--strict-markers`` that is a collection error of every case."""
+    summary; under ``--strict-markers`` the session ended in an INTERNALERROR. (Only that
+    warning is an error here: beside the outer session's xdist worker, pytest-benchmark warns of
+    xdist.)"""
     pytester.makeconftest(inner_conftest("solo"))
     pytester.makepyfile(test_suite=INNER_TEST)
     result = pytester.runpytest_subprocess(
-        "-p",
-        "no:xdist",
-        "--strict-markers",
-        "-W",
-        "error",
-        "--collect-only",
-        "-q",
-        "--sme2-device=host",
+        *("-p", "no:xdist", "--strict-markers", "-W", "error::pytest.PytestUnknownMarkWarning"),
+        *("--collect-only", "-q", "--sme2-device=host"),
     )
     result.assert_outcomes()
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
