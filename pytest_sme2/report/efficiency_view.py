@@ -154,9 +154,7 @@ def operator_table(view: EfficiencyView, rows: int) -> Table:
         )
         body = [
             (
-                _name(on, off),
-                _shape(on, off),
-                _num(_macs(on, off) / 1e6 if _macs(on, off) else None, ",.3f"),
+                *_operator_cells(on, off),
                 on.family if on else "—",
                 _num(on.macs_per_instruction if on else None, ",.2f"),
                 _num(off.macs_per_instruction if off else None, ",.2f"),
@@ -179,9 +177,7 @@ def operator_table(view: EfficiencyView, rows: int) -> Table:
         )
         body = [
             (
-                _name(on, off),
-                _shape(on, off),
-                _num(_macs(on, off) / 1e6 if _macs(on, off) else None, ",.3f"),
+                *_operator_cells(on, off),
                 _num(on.ms if on else None, ".3f"),
                 _num(on.gflops if on else None),
                 _share(on.peak_share if on else None),
@@ -197,6 +193,14 @@ def operator_table(view: EfficiencyView, rows: int) -> Table:
 def _macs(on: OperatorEfficiency | None, off: OperatorEfficiency | None) -> int:
     """The pair's work (0 where unknown)."""
     return next((op.macs for op in (on, off) if op is not None and op.macs is not None), 0)
+
+
+def _operator_cells(
+    on: OperatorEfficiency | None, off: OperatorEfficiency | None
+) -> tuple[str, str, str]:
+    """The cells every operator table starts with: its name, its shape, its M MACs."""
+    macs = _macs(on, off)
+    return _name(on, off), _shape(on, off), _num(macs / 1e6 if macs else None, ",.3f")
 
 
 def _name(on: OperatorEfficiency | None, off: OperatorEfficiency | None) -> str:
