@@ -6,5 +6,8 @@
 # one test that opens one installs Debian's chromium when it is missing (scripts/install_chromium.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --disable-pip-version-check -e ".[dev,corpus]"
+if ! python scripts/install_check.py dev corpus; then
+    python -m pip install --quiet --disable-pip-version-check -e ".[dev,corpus]"
+    python scripts/install_check.py --record dev corpus
+fi
 bash scripts/install_adb.sh
