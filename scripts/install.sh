@@ -5,8 +5,4 @@
 # local CPU wheel, while an unpinned torch would download several GB of CUDA packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# scripts/install_check.py skips pip when this checkout is installed so already (5 s warm).
-if ! python scripts/install_check.py export; then
-    python -m pip install --quiet --disable-pip-version-check -e ".[export]"
-    python scripts/install_check.py --record export
-fi
+bash scripts/pip_install.sh export

@@ -6,8 +6,5 @@
 # one test that opens one installs Debian's chromium when it is missing (scripts/install_chromium.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python scripts/install_check.py dev corpus; then
-    python -m pip install --quiet --disable-pip-version-check -e ".[dev,corpus]"
-    python scripts/install_check.py --record dev corpus
-fi
+bash scripts/pip_install.sh dev corpus
 bash scripts/install_adb.sh
