@@ -86,10 +86,12 @@ def test_a_conftests_device_records_a_baseline_and_is_judged_against_it(
     def measured(label: str) -> Measurement:
         return measure_case(device, tiny, tmp_path / "judged" / label)
 
-    # as the session judged it: time beside the other xdist worker, shares and latency opened
-    # wide (a 0.01 ms model beside the other worker rose 52 % once in a warm .ci/run; the subject
-    # here is the user's device being judged against its record, not the machine's noise)
-    policy = Policy(Tolerances(share_points=100, latency_percent=100), judge_disturbed=True)
+    # as the session judged it: time beside the other xdist worker, shares, latency and method
+    # init opened wide (a 0.01 ms model beside the other worker rose 52 % once in a warm .ci/run,
+    # its 0.17 ms init 30 % in another; the subject here is the user's device being judged
+    # against its record, not the machine's noise)
+    wide = Tolerances(share_points=100, latency_percent=100, init_time_percent=100)
+    policy = Policy(wide, judge_disturbed=True)
     check = case_check(tmp_path, policy, measured, model="tiny", device_id="board")
     judged = check.check(measured("first"))
     assert judged.failure is None, judged.failure
