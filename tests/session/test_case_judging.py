@@ -30,6 +30,7 @@ from pytest_sme2.export.exporter import export_model
 from pytest_sme2.export.model_spec import ModelSpec, get_model
 from pytest_sme2.export.reference import REFERENCE
 from pytest_sme2.judge.baseline_file import read
+from pytest_sme2.measure import settle
 from pytest_sme2.records.measurement import Measurement
 from pytest_sme2.settings import Case
 from tests.measurements import counted_measurement
@@ -257,11 +258,13 @@ def _pixels(size: int) -> Callable[[int], tuple[Any, ...]]:
 
 
 def test_a_slowed_case_fails_only_once_fresh_measurements_confirm_it(
-    item: pytest.Item, context: Contexts
+    item: pytest.Item, context: Contexts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same graph on 4× the pixels, judged against the baseline of the small one: the latency
     gate fails, and the failure stands only after three fresh measurements of the case, each
-    after a pause and once the machine runs the reference workload at its undisturbed speed."""
+    after a pause and once the machine runs the reference workload at its undisturbed speed.
+    The pauses are short here: their length is tests/measure/test_measure.py's subject."""
+    monkeypatch.setattr(settle, "CONFIRM_PAUSE_S", (0.2, 0.5))
     small = ModelSpec("slowed", _two_convs, _pixels(48), "two convs", ("fp32",))
     big = replace(small, inputs=_pixels(96))
     timed = {"sme2_runs": "20", "sme2_rounds": "4"}
