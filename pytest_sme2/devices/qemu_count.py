@@ -16,7 +16,14 @@ from pathlib import Path
 from pytest_sme2.analysis.attribution import instruction_trace, operator_kernels
 from pytest_sme2.analysis.kernels import kernels_of_operators
 from pytest_sme2.analysis.trace import read_etdump
-from pytest_sme2.devices import elf_symbols, exec_filter, guest_syscalls, log_fifo, qemu_log
+from pytest_sme2.devices import (
+    elf_symbols,
+    exec_filter,
+    guest_syscalls,
+    log_fifo,
+    qemu_log,
+    qemu_log_lines,
+)
 from pytest_sme2.devices.base import CountedRun, RunRequest
 from pytest_sme2.devices.kernel_log import kernel_evidence
 from pytest_sme2.devices.log_fifo import read_while
@@ -113,6 +120,7 @@ def run_key(guest: QemuGuest, request: RunRequest) -> str:
         "program": program,
         "inputs": request.inputs,
         "counter": Path(qemu_log.__file__),
+        "log lines": Path(qemu_log_lines.__file__),
         "symbols": Path(elf_symbols.__file__),
         "log reading": Path(log_fifo.__file__),
         "system calls": Path(guest_syscalls.__file__),

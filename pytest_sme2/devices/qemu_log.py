@@ -36,7 +36,7 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -46,6 +46,7 @@ from pytest_sme2.analysis.kernel_names import unnamed_code
 from pytest_sme2.devices.elf_symbols import ElfSymbols
 from pytest_sme2.devices.guest_syscalls import CodeMapping, GuestFiles
 from pytest_sme2.devices.log_fifo import open_log
+from pytest_sme2.devices.qemu_log_lines import pieces
 from pytest_sme2.errors import TraceError
 
 QEMU_LOG_FLAGS = "in_asm,exec,nochain,strace"
@@ -283,9 +284,9 @@ def _stream(
 def _scan(
     handle: BinaryIO, files: GuestFiles, whole: _Segment | None
 ) -> tuple[dict[int, _Block], list[_Counted], _Call | None]:
-    """The loop over the log's pieces (:func:`_pieces`): the blocks by pc, the calls ended, the
-    call still open. ``whole`` is where every ``Trace`` line goes when no call is looked for
-    (None: calls).
+    """The loop over the log's pieces (:func:`~pytest_sme2.devices.qemu_log_lines.pieces`): the
+    blocks by pc, the calls ended, the call still open. ``whole`` is where every ``Trace`` line
+    goes when no call is looked for (None: calls).
 
     A run of ``Trace`` lines is tallied at once, line by line only when one of them enters a call.
     The lines that come by the hundred thousand (instructions, block ends) are handled inline: a
@@ -297,7 +298,7 @@ def _scan(
     block_pc: int | None = None
     block_symbol = ""
     block_insns = block_sme = 0
-    for piece in _pieces(handle):
+    for piece in pieces(handle):
         if piece.startswith(b"Trace "):
             tally = _run_tally(piece, files)
             if tally is not None:
@@ -358,42 +359,6 @@ def _enters(line: bytes, files: GuestFiles) -> str | None:
     return entered
 
 
-#: The newline before a line that is not a ``Trace`` line (or the log's last newline).
-_RUN_END = re.compile(rb"\n(?!Trace )")
-
-
-def _pieces(handle: BinaryIO) -> Iterator[bytes]:
-    """The log in order as pieces: each a run of consecutive ``Trace`` lines, or one other line
-    (with their newlines; a last line without one is given one).
-
-    Why: nine lines in ten are ``Trace`` lines, one per executed block, and a Python loop taking
-    them one by one cost about 0.26 µs a line: more than a quarter of a counted run's CPU beside
-    qemu's. Split and tallied as runs, they cost C code's time (``re``, ``bytes.split``,
-    ``Counter``); the shapes of blocks and the system calls still come line by line, in order.
-    """
-    carry = b""
-    while True:
-        chunk = handle.read(_CHUNK)
-        if not chunk:
-            if not carry:
-                return
-            chunk = b"\n"  # a last line without its newline ends there
-        text = carry + chunk
-        end = text.rfind(b"\n") + 1
-        text, carry = text[:end], text[end:]
-        at = 0
-        while at < end:
-            if text.startswith(b"Trace ", at):
-                stop = _RUN_END.search(text, at)
-                assert stop is not None, "the text ends with a newline"
-                after = stop.end()
-            else:
-                after = text.index(b"\n", at) + 1
-            yield text[at:after]
-            at = after
-
-
-_CHUNK = 1 << 20
 _UNSEEN = "<unseen>"  # not a function name (no ELF symbol has "<")
 
 

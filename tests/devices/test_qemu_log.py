@@ -189,6 +189,14 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def _address_of(function: str, library: Path, toolchain: QemuToolchain) -> int:
+    """``function``'s address in ``library``, by the cross toolchain's own ``nm``."""
+    nm = str(toolchain.cc).removesuffix("gcc") + "nm"
+    symbols = subprocess.run([nm, str(library)], capture_output=True, text=True, check=True)
+    lines = symbols.stdout.splitlines()
+    return next(int(line.split()[0], 16) for line in lines if line.endswith(f" {function}"))
+
+
 def test_retranslated_block_counts_each_shape_for_its_own_executions(tmp_path: Path) -> None:
     nop = 0xD503201F
     text = _block(0x1000, [nop] * 4) + _trace(0x1000) * 3
@@ -231,13 +239,7 @@ def test_mapped_library_blocks_are_named_by_its_elf_symbols(
     sme_program: Path, toolchain: QemuToolchain, tmp_path: Path
 ) -> None:
     library = sme_program.with_name("libsmeloop.so")
-    nm = str(toolchain.cc).removesuffix("gcc") + "nm"  # binutils of the same cross toolchain
-    symbols = subprocess.run([nm, str(library)], capture_output=True, text=True, check=True)
-    address = next(
-        int(line.split()[0], 16)
-        for line in symbols.stdout.splitlines()
-        if line.endswith(" sme_loop")
-    )
+    address = _address_of("sme_loop", library, toolchain)
     base = 0x5500000000
     strace = (
         f'77 openat(AT_FDCWD,"/somewhere/{library.name}",O_RDONLY|O_CLOEXEC) = 3\n'
@@ -253,6 +255,38 @@ def test_mapped_library_blocks_are_named_by_its_elf_symbols(
     assert result.functions == {"sme_loop": 14}
     assert result.sme_functions == {"sme_loop": 7}
     assert result.libraries == {library.name: 14, UNMAPPED: 1}
+
+
+def test_a_thread_pools_system_calls_printed_apart_count_whole(
+    sme_program: Path, toolchain: QemuToolchain, tmp_path: Path
+) -> None:
+    """With two guest threads, qemu prints a system call's entry, then the other thread's
+    ``Trace`` lines glued to it, then the return alone (seen in a real two-thread log: 19 futex
+    waits so). The glued block counts, and a clock read keeps the value it returned."""
+    library = sme_program.with_name("libsmeloop.so")
+    entry = _address_of("sme_loop", library, toolchain)
+    base, nop, worker = 0x5500000000, 0xD503201F, 0x6600000000
+    text = (
+        f'77 openat(AT_FDCWD,"/somewhere/{library.name}",O_RDONLY|O_CLOEXEC) = 3\n'
+        f"77 mmap(0x{base:016x},65536,PROT_EXEC|PROT_READ,MAP_PRIVATE|MAP_FIXED,3,0)"
+        f" = 0x{base:016x}\n"
+        + _block(base + entry, [nop] * 2)
+        + _block(base + entry + 8, [nop] * 2)
+        + _block(worker, [nop] * 5)
+        + _trace(base + entry)  # the call starts
+        + "78 futex(0x00007fc525a42bc0,FUTEX_PRIVATE_FLAG|FUTEX_WAIT,0,NULL,NULL,0)"
+        + _trace(worker)  # glued to the waiting thread's entry
+        + "77 clock_gettime(CLOCK_MONOTONIC,0x00007f00000010a0)"
+        + _trace(worker) * 2  # glued again: the clock's value comes later
+        + " = 0 ({tv_sec = 1,tv_nsec = 500})\n"
+        + _trace(base + entry + 8)
+        + " = 0\n"  # the futex returns
+        + "77 clock_gettime(CLOCK_MONOTONIC,0x00007f00000010a0) = 0 ({tv_sec = 1,tv_nsec = 900})\n"
+    )
+    (call,) = count_calls(_write(tmp_path, text), [library], "sme_loop")
+    assert [read.ns for read in call.clock_reads] == [1_000_000_500, 1_000_000_900]
+    assert [read.instructions for read in call.clock_reads] == [2 + 5 + 5 * 2, 2 + 5 * 3 + 2]
+    assert call.total == 2 + 5 * 3 + 2
 
 
 def test_log_without_exec_lines_is_an_error(tmp_path: Path) -> None:
