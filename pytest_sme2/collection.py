@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from pytest_sme2.case_context import case_of, expectations, or_fail, test_id
 
 if TYPE_CHECKING:
+    from pytest_sme2.measure.fleet import Fleet
     from pytest_sme2.settings import Case, Settings
 
 
@@ -123,3 +125,38 @@ def export_collected(cases: Sequence[Case]) -> None:
     # workers already export side by side
     processes = (os.cpu_count() or 1) if "PYTEST_XDIST_WORKER" not in os.environ else 1
     prefetch(pairs[start:] + pairs[:start], processes=processes)
+
+
+def count_collected(cases: Sequence[Case], fleet: Fleet, timeout_s: float | None) -> None:
+    """The counted runs of every collected case on a device that keeps its counts, made ahead
+    of the first measurement two at a time (:mod:`pytest_sme2.measure.count_ahead`), where one
+    session measures every case on a machine of two cores or more. Not on an xdist worker: its
+    cases are dealt to it one by one, and the workers already count side by side. A case whose
+    device cannot be prepared or whose export failed is left to its test, which says so."""
+    import tempfile
+
+    from pytest_sme2 import progress
+    from pytest_sme2.errors import Sme2Error
+    from pytest_sme2.export.exporter import export_model
+    from pytest_sme2.export.program_files import ProgramSpec
+    from pytest_sme2.measure.count_ahead import count_ahead, count_jobs
+
+    if "PYTEST_XDIST_WORKER" in os.environ or (os.cpu_count() or 1) < 2:
+        return
+    programs = []
+    for case in cases:
+        if case.threads != 1 or isinstance(case.model, ProgramSpec):
+            continue
+        if not case.device.kind.emulates_cpu:
+            continue
+        try:
+            device = fleet.device(case.device)
+            artifact = export_model(case.model, case.dtype)
+        except Sme2Error:
+            continue
+        programs.append((device, artifact.pte, artifact.inputs))
+    with tempfile.TemporaryDirectory(prefix="sme2-count-ahead-") as workdir:
+        jobs = count_jobs(programs, Path(workdir), timeout_s)
+        if len(jobs) > 2:  # one case's pair is what a case runs side by side anyway
+            with progress.task(f"count {len(jobs)} emulated runs ahead"):
+                count_ahead(jobs)

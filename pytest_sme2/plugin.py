@@ -24,7 +24,7 @@ from pytest_sme2.case_context import (
     or_fail,
     prepared_device,
 )
-from pytest_sme2.collection import choose_loadgroup, export_collected
+from pytest_sme2.collection import choose_loadgroup, count_collected, export_collected
 from pytest_sme2.session import SESSION_KEY, Sme2Session, start_progress
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS
 
@@ -153,8 +153,12 @@ def sme2_reference() -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def sme2_exports(request: pytest.FixtureRequest) -> None:
     """Every collected case exported before the session's first measurement (see ``prefetch``);
-    a registered program has nothing to export."""
-    export_collected([case for case in map(case_of, request.session.items) if case is not None])
+    a registered program has nothing to export. Then the emulated cases' counts, ahead of it
+    (``count_collected``)."""
+    cases = [case for case in map(case_of, request.session.items) if case is not None]
+    export_collected(cases)
+    session = Sme2Session.of(request.config)
+    count_collected(cases, session.fleet, session.settings.plan.timeout_s)
 
 
 @pytest.fixture

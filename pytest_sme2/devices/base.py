@@ -190,3 +190,9 @@ class Device(ABC):
         traced run; its ETDump and outputs serve as the variant's profile, structure and
         parity, so nothing runs twice."""
         return None
+
+    def counts_kept(self) -> bool:
+        """Whether a counted run of one thread is kept and read back by a later identical one
+        (qemu-sme2 with its count store): then a session may count its cases ahead of measuring
+        them (:mod:`pytest_sme2.measure.count_ahead`). False by default."""
+        return False

@@ -173,3 +173,6 @@ class QemuSme2Device(Device):
         """The counted run of :func:`pytest_sme2.devices.qemu_count.counted_run`, read back
         from the device's store where an earlier one counted the same."""
         return counted_run(self.guest, request, self.counts)
+
+    def counts_kept(self) -> bool:
+        return self.counts.directory is not None and not self.counts.recount
