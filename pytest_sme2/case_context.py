@@ -190,12 +190,8 @@ class CaseContext:
 
     @property
     def deadline(self) -> Deadline:
-        """Each runner call's deadline, from the case's baseline (``Baseline.deadline``)."""
-        from pytest_sme2.measure.deadline import Deadline
-
-        fixed_s = self.settings.plan.timeout_s
-        baseline = self.stored.baseline
-        return baseline.deadline(self.device.info(), fixed_s) if baseline else Deadline(fixed_s)
+        """Each runner call's deadline, from the case's baseline (``Stored.deadline``)."""
+        return self.stored.deadline(self.device.info(), self.settings.plan.timeout_s)
 
     def plan(self) -> MeasurePlan:
         """The session's plan on the case's thread count; the 1-thread runs timed alongside

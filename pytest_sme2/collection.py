@@ -9,7 +9,7 @@ function here is what one of its collection hooks does.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,19 +127,28 @@ def export_collected(cases: Sequence[Case]) -> None:
     prefetch(pairs[start:] + pairs[:start], processes=processes)
 
 
-def count_collected(cases: Sequence[Case], fleet: Fleet, timeout_s: float | None) -> None:
+def count_collected(
+    cases: Sequence[Case],
+    fleet: Fleet,
+    baseline_path: Callable[[Case], Path],
+    fixed_s: float | None,
+) -> None:
     """The counted runs of every collected case on a device that keeps its counts, made ahead
     of the first measurement two at a time (:mod:`pytest_sme2.measure.count_ahead`), where one
-    session measures every case on a machine of two cores or more. Not on an xdist worker: its
-    cases are dealt to it one by one, and the workers already count side by side. A case whose
-    device cannot be prepared or whose export failed is left to its test, which says so."""
+    session measures every case on a machine of two cores or more, each run under its case's
+    deadline (from the baseline at ``baseline_path(case)``; ``fixed_s``: ``--sme2-timeout``).
+    Not on an xdist worker: its cases are dealt to it one by one, and the workers already count
+    side by side. A case whose device cannot be prepared, whose export failed or whose baseline
+    cannot be read is left to its test, which says so."""
     import tempfile
 
     from pytest_sme2 import progress
+    from pytest_sme2.devices.base import EVIDENCE_EXECUTIONS
     from pytest_sme2.errors import Sme2Error
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.program_files import ProgramSpec
-    from pytest_sme2.measure.count_ahead import count_ahead, count_jobs
+    from pytest_sme2.judge.baseline_file import Stored, load
+    from pytest_sme2.measure.count_ahead import CountProgram, count_ahead, count_jobs
 
     if "PYTEST_XDIST_WORKER" in os.environ or (os.cpu_count() or 1) < 2:
         return
@@ -152,11 +161,13 @@ def count_collected(cases: Sequence[Case], fleet: Fleet, timeout_s: float | None
         try:
             device = fleet.device(case.device)
             artifact = export_model(case.model, case.dtype)
+            deadline = Stored(load(baseline_path(case))).deadline(device.info(), fixed_s)
         except Sme2Error:
             continue
-        programs.append((device, artifact.pte, artifact.inputs))
+        timeout_s = deadline.seconds(EVIDENCE_EXECUTIONS)
+        programs.append(CountProgram(device, artifact.pte, artifact.inputs, timeout_s))
     with tempfile.TemporaryDirectory(prefix="sme2-count-ahead-") as workdir:
-        jobs = count_jobs(programs, Path(workdir), timeout_s)
+        jobs = count_jobs(programs, Path(workdir))
         if len(jobs) > 2:  # one case's pair is what a case runs side by side anyway
             with progress.task(f"count {len(jobs)} emulated runs ahead"):
                 count_ahead(jobs)

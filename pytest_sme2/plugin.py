@@ -158,7 +158,7 @@ def sme2_exports(request: pytest.FixtureRequest) -> None:
     cases = [case for case in map(case_of, request.session.items) if case is not None]
     export_collected(cases)
     session = Sme2Session.of(request.config)
-    count_collected(cases, session.fleet, session.settings.plan.timeout_s)
+    count_collected(cases, session.fleet, session.baseline_path, session.settings.plan.timeout_s)
 
 
 @pytest.fixture

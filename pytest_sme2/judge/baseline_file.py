@@ -41,6 +41,8 @@ from pytest_sme2.judge.quantities import (
     Quantities,
 )
 from pytest_sme2.judge.scalar import Place, ScalarSpec
+from pytest_sme2.measure.deadline import Deadline
+from pytest_sme2.records.device import DeviceInfo
 from pytest_sme2.validation import key_path, problem, validator
 
 SCHEMA_VERSION = 2
@@ -241,6 +243,13 @@ class Stored:
     baseline: Baseline | None
     #: under ``--sme2-update-baselines``: the line saying where an invalid file was set aside
     set_aside: str | None = None
+
+    def deadline(self, device: DeviceInfo, fixed_s: float | None) -> Deadline:
+        """Each runner call's deadline for the case on ``device``: its baseline's
+        (``Baseline.deadline``), else ``fixed_s`` or the device's own default."""
+        if self.baseline is None:
+            return Deadline(fixed_s)
+        return self.baseline.deadline(device, fixed_s)
 
 
 def read(path: Path, *, update: bool, quantities: Quantities = BUILTIN) -> Stored:

@@ -30,35 +30,39 @@ _SME2_ON_WEIGHT = 8
 
 
 @dataclass(frozen=True)
-class CountJob:
-    """One variant of one program to count on one device, its files under ``workdir``."""
+class CountProgram:
+    """A program a case counts on its device, and its counted run's deadline: the case's own
+    (None: the device's default), so a run that hangs ahead is killed when its case's would be."""
 
     device: Device
     pte: Path
     inputs: Path
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CountJob:
+    """One variant of one program to count, its files under ``workdir``."""
+
+    program: CountProgram
     variant: Variant
     workdir: Path
-    #: the deadline of its run (None: the device's own)
-    timeout_s: float | None = None
 
     @property
     def weight(self) -> int:
         """A guess at the job's length: the program's size, SME2-on's weighed up."""
-        size = os.path.getsize(self.pte)
+        size = os.path.getsize(self.program.pte)
         return size * _SME2_ON_WEIGHT if self.variant is Variant.ON else size
 
 
-def count_jobs(
-    programs: Sequence[tuple[Device, Path, Path]], workdir: Path, timeout_s: float | None = None
-) -> tuple[CountJob, ...]:
-    """Every variant of each (device, .pte, inputs) that the device counts and keeps, each
-    program once, each run's deadline ``timeout_s`` (None: the device's own)."""
+def count_jobs(programs: Sequence[CountProgram], workdir: Path) -> tuple[CountJob, ...]:
+    """Every variant of each program whose device counts and keeps its counts, each program
+    once."""
     jobs = []
-    for index, (device, pte, inputs) in enumerate(dict.fromkeys(programs)):
-        if device.counts_kept():
-            for variant in device.info().variants:
-                where = workdir / f"{index}-{variant}"
-                jobs.append(CountJob(device, pte, inputs, variant, where, timeout_s))
+    for index, program in enumerate(dict.fromkeys(programs)):
+        if program.device.counts_kept():
+            for variant in program.device.info().variants:
+                jobs.append(CountJob(program, variant, workdir / f"{index}-{variant}"))
     return tuple(jobs)
 
 
@@ -83,11 +87,12 @@ def _take(queue: list[CountJob]) -> int:
 
 def _count(job: CountJob) -> bool:
     """Count one job; False where it failed (its case will fail with its own line)."""
+    program = job.program
     request = evidence_request(
-        job.pte, job.inputs, job.workdir, variant=job.variant, timeout_s=job.timeout_s
+        program.pte, program.inputs, job.workdir, variant=job.variant, timeout_s=program.timeout_s
     )
     try:
-        job.device.counted_run(request)
+        program.device.counted_run(request)
     except Exception:  # its case counts again and reports the error
         return False
     return True

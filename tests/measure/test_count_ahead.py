@@ -12,7 +12,7 @@ from pytest_sme2.devices.base import evidence_request
 from pytest_sme2.devices.host import HostDevice
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.export.exporter import export_model
-from pytest_sme2.measure.count_ahead import count_ahead, count_jobs
+from pytest_sme2.measure.count_ahead import CountProgram, count_ahead, count_jobs
 from pytest_sme2.records.device import Variant
 from tests.judge.small_model import small_model
 
@@ -32,13 +32,15 @@ def test_each_program_is_counted_once_per_variant_where_the_device_keeps_counts(
     keeping: QemuSme2Device, tmp_path: Path
 ) -> None:
     artifact = export_model(FIRST, "fp32")
-    program = (artifact.pte, artifact.inputs)
-    jobs = count_jobs([(keeping, *program), (keeping, *program)], tmp_path / "ahead")
+    program = CountProgram(keeping, artifact.pte, artifact.inputs)
+    jobs = count_jobs([program, program], tmp_path / "ahead")
     assert [job.variant for job in jobs] == [Variant.ON, Variant.OFF]
     assert jobs[0].weight > jobs[1].weight  # SME2-on is the longer run under qemu
-    assert count_jobs([(HostDevice(), *program)], tmp_path / "ahead") == ()
+    on_host = CountProgram(HostDevice(), artifact.pte, artifact.inputs)
+    assert count_jobs([on_host], tmp_path / "ahead") == ()
     recounting = QemuSme2Device(count_store=tmp_path / "store", recount=True)
-    assert count_jobs([(recounting, *program)], tmp_path / "ahead") == ()
+    recounted = CountProgram(recounting, artifact.pte, artifact.inputs)
+    assert count_jobs([recounted], tmp_path / "ahead") == ()
 
 
 def test_a_case_reads_back_what_was_counted_ahead_and_a_failed_count_is_left_to_it(
@@ -47,8 +49,8 @@ def test_a_case_reads_back_what_was_counted_ahead_and_a_failed_count_is_left_to_
     exported = [export_model(spec, "fp32") for spec in (FIRST, SECOND)]
     broken = tmp_path / "broken.pte"
     broken.write_bytes(b"not a program")
-    programs = [(keeping, a.pte, a.inputs) for a in exported]
-    programs.append((keeping, broken, exported[0].inputs))
+    programs = [CountProgram(keeping, a.pte, a.inputs) for a in exported]
+    programs.append(CountProgram(keeping, broken, exported[0].inputs))
     assert count_ahead(count_jobs(programs, tmp_path / "ahead")) == 4  # the broken two failed
     for index, artifact in enumerate(exported):
         for variant in (Variant.ON, Variant.OFF):
@@ -56,3 +58,13 @@ def test_a_case_reads_back_what_was_counted_ahead_and_a_failed_count_is_left_to_
                 artifact.pte, artifact.inputs, tmp_path / f"case{index}-{variant}", variant=variant
             )
             assert keeping.counted_run(request).evidence.stored_count_at.endswith("UTC")
+
+
+def test_a_run_counted_ahead_keeps_its_cases_deadline(
+    keeping: QemuSme2Device, tmp_path: Path
+) -> None:
+    """A hung count ahead is killed at its case's deadline, not the device's hour."""
+    artifact = export_model(FIRST, "fp32")
+    hurried = CountProgram(keeping, artifact.pte, artifact.inputs, timeout_s=0.01)
+    assert count_ahead(count_jobs([hurried], tmp_path / "ahead")) == 0
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
