@@ -211,12 +211,12 @@ def test_measure_on_qemu_shows_packed_names_on_only_and_equal_outputs(
 
 
 def test_the_counted_run_is_a_traced_run_with_the_inferences_outputs(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    narrow_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     """Its ETDump holds the warm-up and the counted execution, its count is the last one's, and
     its outputs are what a plain run computes."""
     artifact = export_model(get_model("toy_cnn"), "fp32")
-    counted = qemu_device.counted_run(
+    counted = narrow_qemu_device.counted_run(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "c", variant=Variant.ON)
     )
     run, evidence = counted
@@ -225,7 +225,7 @@ def test_the_counted_run_is_a_traced_run_with_the_inferences_outputs(
     assert evidence.instruction_trace is not None
     assert evidence.instructions == evidence.instruction_trace.runs[0].e2e_ns > 0
     assert evidence.init_instructions and evidence.sme2_kernels
-    plain = qemu_device.run(
+    plain = narrow_qemu_device.run(
         RunRequest(
             artifact.pte,
             artifact.inputs,

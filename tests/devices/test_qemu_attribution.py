@@ -46,8 +46,8 @@ def _per_operator(trace) -> dict[str, int]:
 
 
 def test_two_unchanged_runs_count_the_same_per_operator(
-    qemu_device: QemuSme2Device,
-    stored_qemu_device: QemuSme2Device,
+    narrow_qemu_device: QemuSme2Device,
+    narrow_stored_qemu_device: QemuSme2Device,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -57,11 +57,11 @@ def test_two_unchanged_runs_count_the_same_per_operator(
     has it (counted by an earlier session, or now), the second counted now: what the store
     claims, one count for every session and directory."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    first = stored_qemu_device.evidence(
+    first = narrow_stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "a", variant=Variant.ON)
     )
     monkeypatch.setenv("SME2_TEST_PADDING", "x" * 77)
-    second = qemu_device.evidence(
+    second = narrow_qemu_device.evidence(
         evidence_request(
             artifact.pte,
             artifact.inputs,
@@ -98,8 +98,8 @@ _EIGHT_CPU_HOST = (
     not _can_simulate_another_host(), reason="needs root and unshare to simulate another host"
 )
 def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
-    qemu_device: QemuSme2Device,
-    stored_qemu_device: QemuSme2Device,
+    narrow_qemu_device: QemuSme2Device,
+    narrow_stored_qemu_device: QemuSme2Device,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -108,22 +108,22 @@ def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
     (as the store has it, counted here). Without the view, init moved by 500 instructions and
     the inference by 10."""
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
-    here = stored_qemu_device.evidence(
+    here = narrow_stored_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "here", variant=Variant.ON)
     )
     online, kernel_max = tmp_path / "online", tmp_path / "kernel_max"
     online.write_text("0-7\n")
     kernel_max.write_text("8191\n")
-    prefix = qemu_device.guest.prefix
+    prefix = narrow_qemu_device.guest.prefix
     monkeypatch.setattr(
-        qemu_device.guest,
+        narrow_qemu_device.guest,
         "prefix",
         lambda variant, exec_log=None, layout=None: [
             *("unshare", "-m", "sh", "-c", _EIGHT_CPU_HOST, str(online), str(kernel_max)),
             *prefix(variant, exec_log, layout),
         ],
     )
-    there = qemu_device.evidence(
+    there = narrow_qemu_device.evidence(
         evidence_request(artifact.pte, artifact.inputs, tmp_path / "there", variant=Variant.ON)
     )
     assert (there.instructions, there.init_instructions) == (
@@ -135,7 +135,7 @@ def test_counts_do_not_depend_on_how_many_cpus_the_host_has(
 
 
 def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
-    qemu_device: QemuSme2Device, tmp_path: Path
+    narrow_qemu_device: QemuSme2Device, tmp_path: Path
 ) -> None:
     """Why the counted run has a warm-up (``EVIDENCE_WARMUP``): execution 1 runs XNNPACK's
     runtime set-up and binds symbols lazily inside operators; from execution 2 on, every
@@ -144,7 +144,7 @@ def test_the_first_execution_does_one_time_work_the_counted_one_does_not(
     artifact = export_model(get_model("toy_cnn").for_emulation(), "fp32")
     plan = Executions(runs=2, warmup=1, traced=True)
     request = RunRequest(artifact.pte, artifact.inputs, plan, tmp_path, variant=Variant.ON)
-    counted = count_executions(qemu_device.guest, request)
+    counted = count_executions(narrow_qemu_device.guest, request)
     assert counted.run.etdump is not None and counted.init is not None
     assert len(counted.executions) == 3
     trace = read_etdump(counted.run.etdump)
