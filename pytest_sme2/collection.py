@@ -147,7 +147,7 @@ def count_collected(
     from pytest_sme2.errors import Sme2Error
     from pytest_sme2.export.exporter import export_model
     from pytest_sme2.export.program_files import ProgramSpec
-    from pytest_sme2.judge.baseline_file import Stored, load
+    from pytest_sme2.judge.baseline_file import read
     from pytest_sme2.measure.count_ahead import CountProgram, count_ahead, count_jobs
 
     if "PYTEST_XDIST_WORKER" in os.environ or (os.cpu_count() or 1) < 2:
@@ -161,7 +161,7 @@ def count_collected(
         try:
             device = fleet.device(case.device)
             artifact = export_model(case.model, case.dtype)
-            deadline = Stored(load(baseline_path(case))).deadline(device.info(), fixed_s)
+            deadline = read(baseline_path(case), update=False).deadline(device.info(), fixed_s)
         except Sme2Error:
             continue
         timeout_s = deadline.seconds(EVIDENCE_EXECUTIONS)

@@ -46,13 +46,19 @@ def own_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "_FINISHED", [])
 
 
+def _qemu(**options: object) -> QemuSme2Device:
+    """The qemu-sme2 device as the plugin builds it from these options (by dest), provisioned
+    (cached)."""
+    prepared = QemuSme2Device.from_options(options.get)
+    prepared.prepare()
+    return prepared
+
+
 @pytest.fixture(scope="session")
 def qemu_device() -> QemuSme2Device:
     """The qemu-sme2 device as the plugin builds it under ``--sme2-recount``, provisioned
     (cached): the tests that take it are of counting, so it counts every run."""
-    prepared = QemuSme2Device.from_options(lambda dest: dest == "sme2_recount" or None)
-    prepared.prepare()
-    return prepared
+    return _qemu(sme2_recount=True)
 
 
 @pytest.fixture(scope="session")
@@ -61,9 +67,7 @@ def stored_qemu_device() -> QemuSme2Device:
     example suite on qemu-sme2 in the same cache) is read back from the store, whose key holds
     everything a count is a function of. For tests of what a count *shows* (shares, kernels),
     not of counting itself; those take :func:`qemu_device`."""
-    prepared = QemuSme2Device.from_options(lambda _: None)
-    prepared.prepare()
-    return prepared
+    return _qemu()
 
 
 #: The narrowest SME vector length qemu-sme2 takes, in bytes (128-bit SVL).
@@ -78,18 +82,14 @@ def narrow_qemu_device() -> QemuSme2Device:
     instructions in helpers whose work grows with the tile: toy_cnn's SME2-on inference takes
     0.5 s at 128 bits and 4.7 s at 512 on the 2.3 GHz Xeon VM, and runs the same KleidiAI SME2
     kernels (MOPA convolutions, an MLA GEMM) at both."""
-    prepared = QemuSme2Device.from_options({"sme2_recount": True, "sme2_qemu_vl": NARROW_VL}.get)
-    prepared.prepare()
-    return prepared
+    return _qemu(sme2_recount=True, sme2_qemu_vl=NARROW_VL)
 
 
 @pytest.fixture(scope="session")
 def narrow_stored_qemu_device() -> QemuSme2Device:
     """:func:`stored_qemu_device` at :func:`narrow_qemu_device`'s vector length: the store's
     counts beside counts made now, at one length."""
-    prepared = QemuSme2Device.from_options({"sme2_qemu_vl": NARROW_VL}.get)
-    prepared.prepare()
-    return prepared
+    return _qemu(sme2_qemu_vl=NARROW_VL)
 
 
 @pytest.fixture(scope="session")
