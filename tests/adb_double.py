@@ -32,6 +32,7 @@ its own): killing the local adb leaves it running, and only a kill sent through 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -39,15 +40,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
-from pytest_sme2.cache import write_atomic
-
 _DEVICE_PATH = re.compile(r"(?<![\w/.])(/(?:data|proc|system|sdcard)(?=/|\b))")
 _AARCH64 = 183  # e_machine
+_REPO = Path(__file__).resolve().parents[1]
+#: the caller's PYTHONPATH, kept aside while the double's own names the repository
+_SAVED = "ADB_DOUBLE_PYTHONPATH"
 
 
 def install(
@@ -72,8 +73,13 @@ def install(
     getprop.write_text(f'#!/bin/sh\nsed -n "s/^$1=//p" "{state / "build.prop"}"\n')
     getprop.chmod(0o755)
     adb = state / "adb"
+    # ``python -S`` with its two import roots named: site's .pth files cost 26 ms a process and
+    # filelock's import 36 ms, of ~95 ms an adb call took, thousands of calls a test run; the
+    # caller's PYTHONPATH is restored for what the call runs.
+    paths = os.pathsep.join((str(_REPO), sysconfig.get_paths()["purelib"]))
     adb.write_text(
-        f'#!/bin/sh\nADB_DOUBLE_ROOT="{root}" exec "{sys.executable}" "{Path(__file__)}" "$@"\n'
+        f'#!/bin/sh\nADB_DOUBLE_ROOT="{root}" {_SAVED}="${{PYTHONPATH-}}" PYTHONPATH="{paths}" '
+        f'exec "{sys.executable}" -S "{Path(__file__)}" "$@"\n'
     )
     adb.chmod(0o755)
     return adb
@@ -90,6 +96,9 @@ def configure(root: Path, **changes: object) -> None:
     path = root / ".double/config.json"
     config = json.loads(path.read_text()) if path.is_file() else {}
     config.update(changes)
+    # imported here, not at the top: a call's start-up stays the standard library's (install)
+    from pytest_sme2.cache import write_atomic
+
     write_atomic(path, json.dumps(config))  # read by every call, maybe at this very moment
 
 
@@ -105,7 +114,8 @@ class Double:
     def count_call(self, server: str) -> int:
         """This call's number, its ``server`` recorded; under a lock, since two sessions' workers
         may call at once."""
-        with FileLock(str(self.state / "calls.lock")):
+        with (self.state / "calls.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
             calls = int((self.state / "calls").read_text()) + 1
             (self.state / "calls").write_text(str(calls))
             with (self.state / "servers").open("a") as servers:
@@ -299,4 +309,7 @@ def _children(pid: int) -> list[int]:
 
 
 if __name__ == "__main__":
+    os.environ["PYTHONPATH"] = os.environ.pop(_SAVED, "")
+    if not os.environ["PYTHONPATH"]:
+        del os.environ["PYTHONPATH"]
     sys.exit(Double(Path(os.environ["ADB_DOUBLE_ROOT"])).main(sys.argv[1:]))
