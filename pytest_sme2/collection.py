@@ -127,6 +127,10 @@ def export_collected(cases: Sequence[Case]) -> None:
     prefetch(pairs[start:] + pairs[:start], processes=processes)
 
 
+#: The name of the temporary directory every run counted ahead has its own directory under.
+COUNT_AHEAD_PREFIX = "sme2-count-ahead-"
+
+
 def count_collected(
     cases: Sequence[Case],
     fleet: Fleet,
@@ -166,7 +170,7 @@ def count_collected(
             continue
         timeout_s = deadline.seconds(EVIDENCE_EXECUTIONS)
         programs.append(CountProgram(device, artifact.pte, artifact.inputs, timeout_s))
-    with tempfile.TemporaryDirectory(prefix="sme2-count-ahead-") as workdir:
+    with tempfile.TemporaryDirectory(prefix=COUNT_AHEAD_PREFIX) as workdir:
         jobs = count_jobs(programs, Path(workdir))
         if len(jobs) > 2:  # one case's pair is what a case runs side by side anyway
             with progress.task(f"count {len(jobs)} emulated runs ahead"):

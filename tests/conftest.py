@@ -10,7 +10,7 @@ import pytest
 from pytest_sme2 import progress
 from pytest_sme2.devices.qemu import QemuSme2Device
 from tests.forked_sessions import forked_popen
-from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS
+from tests.inner import INNER_DEFAULTS, SHARED_CACHE, SPARED_PLUGINS, XDIST_WORKER_ENV
 from tests.llm_programs import RecordedProject, exported_llm_programs, recorded_project
 from tests.skip_policy import register as register_skip_policy
 
@@ -144,9 +144,14 @@ def pytester(
     ``sys.modules`` when it ends, and importing them again registers again and fails ("Only a
     single TORCH_LIBRARY …", "… already registered"). From an empty cache a pytester test came
     first on a worker, and every in-process export there failed after.
+
+    And without this worker's xdist variables (:data:`tests.inner.XDIST_WORKER_ENV`): an inner
+    session of one process is one, not a worker.
     """
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(INNER_DEFAULTS))
     monkeypatch.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
+    for name in XDIST_WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
     if request.node.get_closest_marker("fresh_interpreter") is None:
         monkeypatch.setattr(pytester, "popen", forked_popen(pytester.popen))
     return pytester

@@ -46,6 +46,12 @@ SPARED_PLUGINS = (
 )
 
 
+#: What xdist puts in a worker's environment. An inner session started from a test on a worker
+#: inherits it, and the plugin takes a process that has it for a worker: one that neither counts
+#: its cases ahead nor exports on every core, and prefixes its progress lines with the worker's
+#: id. So CI's inner sessions of one process ran as workers, and two tests failed only off xdist.
+XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
 #: The short plan of :data:`INNER_DEFAULTS`.
 INNER_PLAN = ("--sme2-runs=6", "--sme2-rounds=2", "--sme2-traced-runs=2")
 
@@ -157,7 +163,7 @@ class InnerProject:
         name = f"session{self._sessions}"
         out, err = self.path / f"{name}.out", self.path / f"{name}.err"
         environment = {
-            **os.environ,
+            **{name: value for name, value in os.environ.items() if name not in XDIST_WORKER_ENV},
             "PYTEST_ADDOPTS": " ".join(INNER_DEFAULTS),
             "SME2_CACHE_DIR": str(SHARED_CACHE),
             "HOME": str(self.path),

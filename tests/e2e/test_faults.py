@@ -22,6 +22,7 @@ import pytest
 
 from pytest_sme2 import progress
 from pytest_sme2.cache import cache_root
+from pytest_sme2.collection import COUNT_AHEAD_PREFIX
 from pytest_sme2.devices import provision
 from pytest_sme2.devices.qemu import QemuSme2Device
 from pytest_sme2.errors import RunnerError
@@ -97,14 +98,23 @@ def test_an_interrupted_wait_kills_the_group_too() -> None:
     assert alive_after(marker, 10) == []
 
 
+#: Where a run counted ahead of a one-process session's first case runs (a shell pattern).
+COUNTED_AHEAD = f"*/{COUNT_AHEAD_PREFIX}*"
+
+
 def hanging_qemu(tmp_path: Path, qemu_device, marker: str, model: str = "hangs") -> Path:
     """A user's qemu-aarch64 (``--sme2-qemu``) that never returns for the model named ``model``
-    (it sleeps ``marker`` seconds, a length nobody else uses) and runs the real one otherwise."""
+    (it sleeps ``marker`` seconds, a length nobody else uses) and runs the real one otherwise.
+
+    Counted ahead (:data:`COUNTED_AHEAD`), the model's run fails at once instead: that count is
+    left to its case, whose own run then hangs — after the cases before it were judged."""
     wrapper = tmp_path / "qemu-aarch64"
     wrapper.write_text(
         "#!/bin/sh\n"
         # runs are isolated: the run directory's model.pte links to the program
-        f'case "$(readlink -f model.pte 2>/dev/null)" in *{model}_xnnpack*) exec sleep {marker};; '
+        f'case "$(readlink -f model.pte 2>/dev/null)" in *{model}_xnnpack*)\n'
+        f'  case "$PWD" in {COUNTED_AHEAD}) exit 1;; esac\n'
+        f"  exec sleep {marker};;\n"
         "esac\n"
         f'exec {qemu_device.guest.toolchain.qemu} "$@"\n'
     )
@@ -135,9 +145,10 @@ HANG_DEADLINE_S = 10
 #: fault, does to them what a crashing runner or a broken device does. The runner really runs;
 #: only what it left behind is damaged (or its process dies by a real signal once it ran). For
 #: the model named ``hangs`` it never returns: it sleeps ``hang`` seconds (a length nobody else
-#: uses), in every run.
+#: uses), in every run. Counted ahead (:data:`COUNTED_AHEAD`), these models' runs fail at once: a
+#: count made there would be read back by the case, which would then meet no fault.
 FAULTY_QEMU = """#!{python}
-import os, signal, subprocess, sys
+import fnmatch, os, signal, subprocess, sys
 from pathlib import Path
 
 REAL = {real!r}
@@ -149,9 +160,12 @@ def path(flag):  # runs are isolated: names relative to the run directory, links
 
 
 model = str(path("--model_path")) if "--model_path" in args else ""
+fault = next((f for f in {faults!r} if f + "_xnnpack" in model), None)
+if fault or "hangs_xnnpack" in model:
+    if fnmatch.fnmatch(os.getcwd(), {ahead!r}):
+        sys.exit(1)  # counted ahead: left to the case, which meets the fault
 if "hangs_xnnpack" in model:
     os.execvp("sleep", ["sleep", {hang!r}])
-fault = next((f for f in {faults!r} if f + "_xnnpack" in model), None)
 counted = "--etdump_path" in args and path("--etdump_path").parent.name.endswith("-counted")
 if fault is None or not counted:
     os.execv(REAL, [REAL, *args])
@@ -217,7 +231,9 @@ def test_a_crash_garbage_or_a_hang_of_the_runner_fails_that_case_alone_with_one_
     wrapper = tmp_path / "qemu-aarch64"
     real = str(qemu_device.guest.toolchain.qemu)
     wrapper.write_text(
-        FAULTY_QEMU.format(python=sys.executable, real=real, faults=FAULTS, hang=hang)
+        FAULTY_QEMU.format(
+            python=sys.executable, real=real, faults=FAULTS, hang=hang, ahead=COUNTED_AHEAD
+        )
     )
     wrapper.chmod(0o755)
     monkeypatch.setenv("SME2_CACHE_DIR", str(CACHE))

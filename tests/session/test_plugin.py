@@ -159,9 +159,6 @@ def test_a_judged_session_reports_through_junit_benchmark_the_terminal_and_the_w
     exports a model whose factory warns, that warning in the warnings summary while those torch,
     executorch and torchao raise as they are imported and export (160 of them once filled the
     emulated suite's summary) go to the log file only."""
-    # pytest-benchmark switches itself off when it sees an xdist worker's environment, which the
-    # inner session inherits when this test itself runs under -n.
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("NOISY_SEED", str(random.randrange(2**31)))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", ""))))
     pytester.makeconftest(CONFTEST + NOISY)
