@@ -1,17 +1,20 @@
 """Inner sessions forked from a server that imported torch (tests/forked_sessions.py) run as
 ``python -mpytest`` would: the test's environment, directory and ``PYTHONPATH`` first on
 ``sys.path``, nothing of the outer suite imported, their output and exit status the result's, and
-a deadline that kills them."""
+a deadline that kills them; and an inner session of one process is not taken for an xdist worker
+because the test that started it runs on one."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.forked_sessions import ForkedSession
+from tests.inner import XDIST_WORKER_ENV, InnerProject
 
 pytest_plugins = ["pytester"]
 
@@ -73,3 +76,42 @@ def test_a_forked_session_past_its_deadline_is_killed(pytester: pytest.Pytester)
     with pytest.raises(pytester.TimeoutExpired):
         pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=5)
     assert time.monotonic() - began < 60
+
+
+#: What an inner session reports of the xdist variables it was started with.
+WORKER_ENV = """
+import os
+
+
+def test_worker_env():
+    print("xdist variables", sorted(name for name in os.environ if name.startswith("PYTEST_XDIST")))
+"""
+
+
+@pytest.fixture
+def on_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outer test as on an xdist worker of three, whether or not this run has any: before
+    ``pytester``, whose set-up must take these away from the sessions it starts."""
+    for name, value in zip(XDIST_WORKER_ENV, ("gw2", "3", "5f0c1e"), strict=True):
+        monkeypatch.setenv(name, value)
+
+
+def test_pytesters_inner_session_inherits_no_xdist_worker(
+    on_a_worker: None, pytester: pytest.Pytester
+) -> None:
+    """The plugin takes a process with ``PYTEST_XDIST_WORKER`` for a worker (no counting ahead,
+    one export process, ``[gw2]`` on its progress lines): an inner session that inherited it ran
+    none of what one process does, on CI's two workers alone."""
+    pytester.makepyfile(test_inner=WORKER_ENV)
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*xdist variables []*"])
+
+
+def test_an_inner_projects_session_inherits_no_xdist_worker(
+    on_a_worker: None, tmp_path: Path
+) -> None:
+    """As pytester's (above), for the sessions of a project wider than one test."""
+    result = InnerProject(tmp_path, "", test_inner=WORKER_ENV).run("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*xdist variables []*"])
