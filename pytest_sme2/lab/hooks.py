@@ -171,9 +171,18 @@ class Lab:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        """Why the worker went down, for its cases' lines; and a named remote worker is replaced
+        by a local one (``lab.schedule.local_replacement``) whenever it goes down, also before it
+        collected (a lab machine whose pytest cannot start): xdist's clone of its socket gateway
+        would wait for ever on a server still holding the dead one."""
+        from pytest_sme2.lab.schedule import local_replacement
+
         if error is not None:
             lines = str(error).strip().splitlines() or ["no reason given"]
             self._errors[node.gateway.id] = lines[-1][:200]
+        spec = node.gateway.spec
+        if node.gateway.id in pinned_groups(self.config).values() and not spec.popen:
+            local_replacement(spec)
 
     def _why(self, worker: str) -> str:
         return self._errors.get(worker, "its connection closed")

@@ -13,8 +13,10 @@ its devices' cases fail in one line each. A named worker that goes away (its mac
 gateway's process killed) cannot hand its cases to another: xdist fails the case it was running,
 and each case it had not started fails here in one line naming the device and the worker, while
 the other workers go on. xdist then replaces a crashed worker by a clone of its gateway's spec;
-a clone of a gateway whose server is gone would stop the whole session, so a lost remote worker
-is replaced by a local one (which takes the local cases still queued).
+a clone of a gateway whose server is gone would stop the whole session, and one whose server
+still holds the dead gateway would wait for ever, so a lost remote worker is replaced by a local
+one (which takes the local cases still queued; ``lab.hooks``). One that goes down before it
+collected (its pytest could not start) is a worker that was not there.
 """
 
 from __future__ import annotations
@@ -195,8 +197,6 @@ class PinnedScheduling:
         worker = node.gateway.id
         if worker in self.pinned.values():
             self._fail(pending[1:], worker, f"went away ({self._gone(worker)})")
-            if not node.gateway.spec.popen:
-                local_replacement(node.gateway.spec)
         elif pending[1:]:
             self._queue.appendleft(pending[1:])
             for other in self.nodes:

@@ -24,6 +24,7 @@ import sys
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,9 +130,18 @@ def lab_machine(tmp_path: Path) -> Iterator[LabMachine]:
         "TMPDIR": str(tmp),
         "HOME": str(tmp),
     }
+    with _socket_server(checkout, env) as (port, output):
+        yield LabMachine(port, checkout, tmp, output)
+
+
+@contextmanager
+def _socket_server(cwd: Path, env: dict[str, str]) -> Iterator[tuple[int, list[str]]]:
+    """execnet's socket server in ``cwd`` with ``env``, serving on a port of its choosing (read
+    from its first line): the port and its output so far; killed when the ``with`` ends, its
+    output then printed (a failed test's report shows it)."""
     server = subprocess.Popen(
         [sys.executable, "-u", "-m", "execnet.script.socketserver", "127.0.0.1:0"],
-        cwd=checkout,
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -144,11 +154,26 @@ def lab_machine(tmp_path: Path) -> Iterator[LabMachine]:
     threading.Thread(target=lambda: output.extend(server.stdout or ()), daemon=True).start()
     try:
         assert found, first
-        yield LabMachine(int(found[1]), checkout, tmp, output)
+        yield int(found[1]), output
     finally:
         server.kill()
         server.wait()
-        print("lab machine:", *output, sep="\n")
+        print("socket server:", *output, sep="\n")
+
+
+@pytest.fixture
+def broken_machine(lab_machine: LabMachine, tmp_path: Path) -> Iterator[str]:
+    """A second lab machine whose pytest cannot start (a plugin its environment names does not
+    import, as after a broken upgrade): its ``--tx`` spec, ``id=broken``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(lab_machine.checkout),
+        "PYTEST_PLUGINS": "no_such_plugin_7731",
+        "TMPDIR": str(lab_machine.tmp),
+        "HOME": str(lab_machine.tmp),
+    }
+    with _socket_server(tmp_path, env) as (port, _):
+        yield f"socket=127.0.0.1:{port}//id=broken//chdir={lab_machine.checkout}"
 
 
 def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goes_away(
@@ -156,6 +181,7 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     lab_machine: LabMachine,
+    broken_machine: str,
 ) -> None:
     """``--tx popen --tx socket=…//id=lab`` with ``host,android:server=…,qemu-sme2:worker=lab``:
     the host's three cases and a phone's behind a lab host's adb server run here (the phone an
@@ -166,7 +192,8 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     second and third cases of each fail in one line each naming the device and the worker or the
     server, the others pass. A third machine, ``gone`` (a port nothing listens on), is not there
     as the session starts: the device named for it fails its cases in one line each, and the
-    session goes on."""
+    session goes on. So does a fourth, ``broken``, whose pytest cannot start: its worker goes
+    down before it collects (xdist's replacement used to wait for ever on its server)."""
     controller = lab_machine.controller(pytester, monkeypatch, "one", "two", "three")
     (pytester.path / "conftest.py").write_text(
         (pytester.path / "conftest.py").read_text() + SERVER_GOES_AWAY
@@ -186,7 +213,9 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             *controller,
             "--tx",
             f"socket=127.0.0.1:{closed.getsockname()[1]}//id=gone",
-            f"--sme2-device=host,{PHONE},qemu-sme2:worker=lab,host:worker=gone",
+            "--tx",
+            broken_machine,
+            f"--sme2-device=host,{PHONE},qemu-sme2:worker=lab,host:worker=gone,host:worker=broken",
             f"--sme2-adb={phone}",
             f"--sme2-runner-on={build_runner('host')}",
             "--sme2-update-baselines",
@@ -194,9 +223,9 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
             f"--sme2-history={history}",
             f"--junitxml={junit}",
             f"--html={tmp_path / 'html' / 'report.html'}",
-            timeout=900,
+            timeout=300,  # 17–60 s; a session that hangs on a worker fails in 5 min, not 15
         )
-    result.assert_outcomes(passed=5, failed=5, errors=2)  # the phone is lost in its set-up
+    result.assert_outcomes(passed=5, failed=8, errors=2)  # the phone is lost in its set-up
     ended = {}
     for case in ET.parse(junit).iter("testcase"):
         failure = case.find("failure")
@@ -222,6 +251,10 @@ def test_a_lab_worker_runs_its_device_and_the_controller_reports_it_until_it_goe
     for model in ("one", "two", "three"):
         said = ended[f"test_model[host:worker=gone-{model}-fp32]"]
         assert absent in said and "Connection refused" in said and "\n" not in said, said
+    broken = "host:worker=broken: the xdist worker 'broken' that runs its cases was not there ("
+    for model in ("one", "two", "three"):
+        said = ended[f"test_model[host:worker=broken-{model}-fp32]"]
+        assert broken in said and "no_such_plugin_7731" in said and "\n" not in said, said
 
     # the lab's case came back: its run directory here (written there, in its own tmp)
     here = artifacts / "qemu-sme2@worker=lab" / "one-fp32"
