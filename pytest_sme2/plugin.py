@@ -102,10 +102,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "sme2-session")
     register(config)  # the lab: workers named for devices, remote workers' files
     start_progress(config)
-    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
-        # The xdist controller collects nothing, so it never resolves the settings; it writes
-        # the session report.md and must outlive its workers to stop them in order.
-        config.add_cleanup(unwind_on_sigterm())
+    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+        # The xdist controller (``-n``, or a lab's ``--tx``) collects nothing, so it never
+        # resolves the settings; it writes the session report.md and must outlive its workers
+        # to stop them in order.
+        config.add_cleanup(unwind_on_sigterm(pass_on=True))
 
 
 @pytest.fixture(scope="session")
