@@ -61,6 +61,14 @@ def pinned_groups(config: pytest.Config) -> dict[str, str]:
     return {xdist_group(spec) or spec.id: spec.worker for spec in fleet if spec.worker}
 
 
+def local_replacement(spec: Any) -> None:
+    """Make the execnet spec of a lost remote worker a local one (``popen``), for the clone xdist
+    starts in its place (``lab.schedule``'s docstring says why)."""
+    for key in ("socket", "ssh", "chdir", "python", "via"):
+        setattr(spec, key, None)
+    spec.popen = True
+
+
 def check_workers(config: pytest.Config) -> None:
     """Every worker the fleet names is one of ``--tx``'s (``//id=ID``): a usage error naming the
     device and how to give the worker otherwise (its cases would run on a machine of another
@@ -172,11 +180,9 @@ class Lab:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         """Why the worker went down, for its cases' lines; and a named remote worker is replaced
-        by a local one (``lab.schedule.local_replacement``) whenever it goes down, also before it
+        by a local one (:func:`local_replacement`) whenever it goes down, also before it
         collected (a lab machine whose pytest cannot start): xdist's clone of its socket gateway
         would wait for ever on a server still holding the dead one."""
-        from pytest_sme2.lab.schedule import local_replacement
-
         if error is not None:
             lines = str(error).strip().splitlines() or ["no reason given"]
             self._errors[node.gateway.id] = lines[-1][:200]

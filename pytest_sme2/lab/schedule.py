@@ -47,14 +47,6 @@ def lost_outcome(nodeid: str, line: str) -> dict[str, Any]:
     return CaseOutcome(nodeid, device, "", "", 0, unmeasured=("failed", line)).to_json()
 
 
-def local_replacement(spec: Any) -> None:
-    """Make the execnet spec of a lost remote worker a local one (``popen``), for the clone xdist
-    starts in its place (see the module's docstring)."""
-    for key in ("socket", "ssh", "chdir", "python", "via"):
-        setattr(spec, key, None)
-    spec.popen = True
-
-
 class PinnedScheduling:
     """xdist's scheduling protocol (``xdist.scheduler.protocol.Scheduling``): each group of
     ``pinned`` (a device spec → its worker's id) to that worker, the rest dealt to the others."""
