@@ -240,6 +240,13 @@ def test_the_machine_load_is_read_while_measuring():
     assert Disturbance((), load).reason == load.describe()
 
 
+#: What the runner's own clock reads may add to an execution's CPU time but not to its wall clock
+#: (the thread clock is read after the wall clock stops, each read a system call): 0.0076 ms was
+#: seen on the Xeon 6/207 VM (0.752 ms CPU for 0.745 ms wall, a toy_cnn execution). A CPU clock
+#: that counted another thread's time would be off by the spinners' slices, milliseconds.
+CLOCK_READS_MS = 0.02
+
+
 @linux_only
 def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
     """The real runner pinned to one CPU with two spinners on it: its executions lose the CPU
@@ -261,7 +268,7 @@ def test_the_runner_counts_the_executions_that_lost_the_cpu(tmp_path: Path):
     lost = [i for i, p in enumerate(busy.preemptions) if p]
     assert lost, busy.preemptions
     for cpu_ms, wall_ms in zip(busy.cpu_ms, busy.latencies_ms, strict=True):
-        assert 0 < cpu_ms <= wall_ms * 1.01
+        assert 0 < cpu_ms <= wall_ms * 1.01 + CLOCK_READS_MS
     # the slices given to the spinners are wall clock the run's CPU time does not have (a switch
     # is counted from before the run's restore step too, which leaves its caches cold)
     away = [busy.latencies_ms[i] - busy.cpu_ms[i] for i in lost]
