@@ -14,15 +14,17 @@ from pytest_sme2.report.artifacts import MANIFEST_NAME, REPORT_NAME
 from pytest_sme2.report.from_files import load_test_dir
 from pytest_sme2.report.markdown import session_markdown
 from pytest_sme2.report.session_report import build_session_report
-from tests.inner import REPO, examples_session
+from tests.inner import examples_session
 
 pytest_plugins = ["pytester"]
 
 #: Resolved at import, before pytester points HOME at a temporary directory: the inner runs
 #: reuse the real export cache and the provisioned qemu toolchain.
 CACHE = cache_root()
-#: The committed qemu-sme2 baselines, read (never updated) by both sessions alike.
-BASELINES = REPO / "baselines"
+#: qemu-sme2 at its narrowest vector length (tests/conftest.py's ``NARROW_VL``): the cases count
+#: the same KleidiAI SME2 kernels as at 512 bits in a fraction of the emulation.
+DEVICE = "qemu-sme2:vl=16"
+CASES = ("--sme2-models=toy_cnn", "--sme2-dtypes=fp32,int8")
 
 SUITE = """
 import pytest
@@ -36,17 +38,15 @@ def test_model(sme2_measurement, sme2_judge):
 def test_the_xdist_session_report_on_qemu_is_the_one_its_records_make(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two workers count the cases; the controller's report.md is exactly the report the
-    saved case records make in one process (``sme2 report`` reads them back losslessly): the
-    outcomes crossed from the workers whole, in the order of their node ids."""
+    """Two workers count the cases, judged against baselines a one-process session recorded; the
+    controller's report.md is exactly the report the saved case records make in one process
+    (``sme2 report`` reads them back losslessly): the outcomes crossed from the workers whole, in
+    the order of their node ids."""
     examples_session(pytester, monkeypatch, CACHE, SUITE)
+    case = ("-p", "no:cacheprovider", f"--sme2-device={DEVICE}", *CASES)
+    pytester.runpytest_subprocess(*case, "--sme2-update-baselines").assert_outcomes(passed=2)
     xdist = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--sme2-device=qemu-sme2",
-        "--sme2-models=toy_cnn",
-        "--sme2-dtypes=fp32,int8",
-        f"--sme2-baseline-dir={BASELINES}",
+        *case,
         "--sme2-recount",  # this is a test of counting in any process
         "-n",
         "2",
@@ -63,7 +63,7 @@ def test_the_xdist_session_report_on_qemu_is_the_one_its_records_make(
         outcomes.append(
             CaseOutcome(
                 nodeid,
-                "qemu-sme2",
+                DEVICE,
                 m.model,
                 m.dtype,
                 m.threads,
