@@ -1,6 +1,7 @@
 """The set-up scripts skip pip only when this Python already has what they would install
 (scripts/install_check.py): a recorded install of this pyproject.toml, the package installed
-editable from the checkout, and every requirement, theirs included, satisfied."""
+editable from the checkout, and every requirement, theirs included, satisfied; and they only
+re-point the install when the checkout alone is new (a fresh clone whose requirements are here)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,40 @@ def test_a_missing_requirement_runs_pip(check: ModuleType, monkeypatch: pytest.M
 
     monkeypatch.setattr(metadata, "version", no_cmake)
     assert check.missing(["export"]) == "cmake>=3.28 is not installed (wanted by pytest-sme2)"
+
+
+def test_a_fresh_clone_whose_requirements_are_installed_is_only_repointed(
+    check: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Another checkout of the same project (CI's clean clone): nothing recorded there and the
+    package installed from elsewhere, but every requirement its pyproject.toml names is here, so
+    the install is re-pointed without deps (exit 2), not redone."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "pyproject.toml").write_bytes((check.ROOT / "pyproject.toml").read_bytes())
+    monkeypatch.setattr(check, "ROOT", clone)
+    assert check.main(["dev"]) == check.REPOINT
+    assert capsys.readouterr().out.startswith("re-pointing the install: no install of ")
+
+
+def test_a_requirement_only_the_checkouts_pyproject_names_runs_pip(
+    check: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The requirements are this checkout's, not those the installed package was built with: a
+    pull request that adds one gets pip, and the requirement is named."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    pyproject = (check.ROOT / "pyproject.toml").read_text()
+    added = pyproject.replace(
+        '    "pytest>=8",\n', '    "pytest>=8",\n    "no-such-package-7731>=1",\n'
+    )
+    assert added != pyproject
+    (clone / "pyproject.toml").write_text(added)
+    monkeypatch.setattr(check, "ROOT", clone)
+    assert check.unmet(["export"]) == (
+        "no-such-package-7731>=1 is not installed (wanted by pytest-sme2)"
+    )
+    assert check.main(["export"]) == 1
