@@ -9,6 +9,7 @@ it out while the other cases run for real.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sme2.cache import cache_root
+from pytest_sme2.runner.build import build_runner
 from tests.forked_sessions import fork_pytest
 
 #: The repository: inner sessions import its example models (``models/``).
@@ -26,6 +28,19 @@ REPO = Path(__file__).resolve().parents[1]
 #: test's own directory — where an inner session would otherwise rebuild the runner and
 #: re-export its models into an empty cache (~12 s each, ~99 inner sessions).
 SHARED_CACHE = cache_root()
+
+
+def with_host_runner(cache: Path) -> Path:
+    """``cache``, a test's own, holding a copy of the shared cache's host runner (built there
+    first if need be): its sessions export, check numerics and measure without building one —
+    3 s of a compiler's CPU in each of the tests whose subject is exporting into a new cache, not
+    the build (tests/runner/ and tests/export/test_prefetch.py build it)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SME2_CACHE_DIR", str(SHARED_CACHE))
+        built = build_runner().parent
+    shutil.copytree(built, cache / "runner" / built.name)
+    return cache
+
 
 #: Plugins no inner session uses. Third-party ones this environment installs: loading them cost
 #: each of the ~120 inner sessions ~2.5 s (hypothesis's 2.0 s, hydra's 0.5 s; measured with

@@ -34,6 +34,7 @@ from pytest_sme2.export.exporter import (
 from pytest_sme2.export.key import artifact_key
 from pytest_sme2.export.model_spec import ModelSpec, get_model, registered_models
 from pytest_sme2.runner.tensors import read_tensors
+from tests.inner import with_host_runner
 from tests.known_failures import example_cases, expect_known
 
 REPO = Path(__file__).resolve().parents[2]
@@ -603,7 +604,8 @@ def _session_script(tmp_path: Path, body: str) -> tuple[list[str], dict[str, str
     its own)."""
     script = tmp_path / "session.py"
     script.write_text(SESSION_SCRIPT.format(repo=str(Path(__file__).parents[2])) + body)
-    return [sys.executable, str(script)], {**os.environ, "SME2_CACHE_DIR": str(tmp_path / "cache")}
+    cache = with_host_runner(tmp_path / "cache")
+    return [sys.executable, str(script)], {**os.environ, "SME2_CACHE_DIR": str(cache)}
 
 
 def _run_session_script(tmp_path: Path, body: str) -> str:
@@ -732,7 +734,7 @@ def test_prefetch_exports_side_by_side_in_processes_of_their_own(
     a failure in one is remembered by the session: its test gets it at once."""
     from pytest_sme2.export.prefetch import prefetch
 
-    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SME2_CACHE_DIR", str(with_host_runner(tmp_path)))
     calls = tmp_path / "broken-calls"
 
     def counted_broken() -> object:
@@ -770,7 +772,7 @@ def test_one_at_a_time_a_pair_another_process_is_exporting_is_left_for_last(
 
     from pytest_sme2.export.prefetch import prefetch
 
-    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SME2_CACHE_DIR", str(with_host_runner(tmp_path)))
     busy = ModelSpec("elsewhere_busy", _linear, _eight, "", ("fp32",), (("width", 8),))
     free = ModelSpec("elsewhere_free", _linear, _eight, "", ("fp32",), (("width", 16),))
     # keyed here, before the thread: keying traces the model, which is no thread's to share

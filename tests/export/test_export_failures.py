@@ -19,6 +19,7 @@ from pytest_sme2.export import prefetch
 from pytest_sme2.export import stages as export_build
 from pytest_sme2.export.exporter import artifact_dir, export_model
 from pytest_sme2.export.model_spec import ModelSpec
+from tests.inner import with_host_runner
 
 
 def _linear(width: int = 8) -> object:
@@ -43,7 +44,7 @@ UNQUANTIZABLE = ModelSpec("unquantizable_recorded", _linear, _inputs, "", ("8da4
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A cache of the test's own, and a process that remembers no failure: a new session."""
-    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SME2_CACHE_DIR", str(with_host_runner(tmp_path)))
     monkeypatch.setattr(export, "_FAILURES", {})
     return tmp_path / "exports"
 

@@ -19,6 +19,7 @@ from pytest_sme2.errors import ConfigError
 from pytest_sme2.export.exporter import export_model, load_cached
 from pytest_sme2.export.model_spec import ModelSpec
 from pytest_sme2.settings import CATEGORY_OVERRIDES_INI, FLEET_INI, OPTIONS, Case, resolve
+from tests.inner import with_host_runner
 
 TEST = "test_suite.py::test_model"
 
@@ -99,7 +100,8 @@ def test_an_emulated_device_runs_each_model_at_its_emulation_params(
 def test_every_case_is_exported_before_the_first_is_measured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SME2_CACHE_DIR", str(tmp_path / "cache"))  # nothing exported yet
+    # nothing exported yet
+    monkeypatch.setenv("SME2_CACHE_DIR", str(with_host_runner(tmp_path / "cache")))
     wide = ModelSpec("plug_w", _wider, _image, "")
     cases = [_case(SHRINKING), _case(wide)]
     assert all(load_cached(case.model, "fp32") is None for case in cases)
