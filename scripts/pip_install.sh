@@ -14,7 +14,7 @@ if [ "$status" -ne 0 ]; then
     report=$(mktemp)
     trap 'rm -f "$report"' EXIT
     pip=(python -m pip install --quiet --disable-pip-version-check --no-compile --report "$report")
-    if [ "$status" -eq 2 ]; then
+    if [ "$status" -eq 2 ]; then  # install_check.REPOINT: every requirement is here
         "${pip[@]}" --no-deps --no-build-isolation -e ".[$extras]"
     else
         "${pip[@]}" -e ".[$extras]"

@@ -80,7 +80,7 @@ def test_a_fresh_clone_whose_requirements_are_installed_is_only_repointed(
     check: ModuleType,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Another checkout of the same project (CI's clean clone): nothing recorded there and the
     package installed from elsewhere, but every requirement its pyproject.toml names is here, so
