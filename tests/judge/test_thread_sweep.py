@@ -164,7 +164,12 @@ def test_a_host_sweep_shows_the_knee_and_the_gain_floor_fails_the_planted_regres
     }
     failure = checked["serial", 2].failure or ""
     said = re.search(r"sme2-off of serial\[fp32\] on host, 2 threads gains [0-9.]+× .*", failure)
-    assert said is not None and "below the floor 1.5× (min_thread_gain)" in said[0], failure
+    # all its verdicts when it did not fail: a gain not judged, or a fresh measurement that passed
+    # (seen once in six warm .ci/runs on the Xeon 6/207 VM, with no failure to show)
+    verdicts = "\n".join(f"{v.gate} {v.status}: {v.message}" for v in checked["serial", 2].verdicts)
+    assert said is not None and "below the floor 1.5× (min_thread_gain)" in said[0], (
+        failure or verdicts
+    )
     # every report has each model's view, with a knee sentence per variant
     views = scaling_views(judged_measurements(list(checked.values())))
     markdown, page, terminal = drawn(views)
