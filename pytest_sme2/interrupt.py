@@ -39,10 +39,11 @@ def _terminate_passing_on(signum: int, frame: FrameType | None) -> None:
     _terminate(signum, frame)
 
 
-def children() -> list[int]:
-    """This process's child processes (Linux's ``/proc/self/task/*/children``; none elsewhere)."""
+def children(pid: int | None = None) -> list[int]:
+    """The child processes of ``pid``, this process by default (Linux's
+    ``/proc/PID/task/*/children``; none elsewhere)."""
     found = []
-    for listing in glob.glob("/proc/self/task/*/children"):
+    for listing in glob.glob(f"/proc/{pid or 'self'}/task/*/children"):
         try:
             with open(listing) as handle:
                 found += [int(pid) for pid in handle.read().split()]

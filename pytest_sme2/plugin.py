@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "sme2-session")
     register(config)  # the lab: workers named for devices, remote workers' files
     start_progress(config)
-    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+    if getattr(config.option, "dist", "no") != "no" and not session.worker:
         # The xdist controller (``-n``, or a lab's ``--tx``) collects nothing, so it never
         # resolves the settings; it writes the session report.md and must outlive its workers
         # to stop them in order.

@@ -42,6 +42,11 @@ def stamp(extras: list[str]) -> str:
 
 def missing(extras: list[str]) -> str | None:
     """Why pip must run, or None when nothing is missing."""
+    return unrecorded(extras) or unmet(extras)
+
+
+def unrecorded(extras: list[str]) -> str | None:
+    """Why this checkout is not the recorded editable install of ``extras``; None when it is."""
     if not STAMP.is_file() or STAMP.read_text() != stamp(extras):
         return f"no install of {NAME}[{','.join(extras)}] recorded for this pyproject.toml"
     installed = _installed()
@@ -50,7 +55,7 @@ def missing(extras: list[str]) -> str | None:
     direct = json.loads(installed.read_text("direct_url.json") or "{}")
     if direct.get("url") != ROOT.as_uri() or not direct.get("dir_info", {}).get("editable"):
         return f"{NAME} is installed from {direct.get('url', 'elsewhere')}, not {ROOT}"
-    return unmet(extras)
+    return None
 
 
 def unmet(extras: list[str]) -> str | None:
@@ -110,14 +115,14 @@ def main(arguments: list[str]) -> int:
     if arguments[:1] == ["--record"]:
         STAMP.write_text(stamp(arguments[1:]))
         return 0
-    why = missing(arguments)
-    if why is None:
+    why, needed = unrecorded(arguments), unmet(arguments)  # the requirements walked once
+    if why is None and needed is None:
         print(f"{NAME}[{','.join(arguments)}] is installed here: pip skipped")
         return 0
-    if unmet(arguments) is None:
+    if needed is None:
         print(f"re-pointing the install: {why}; every requirement is installed")
         return REPOINT
-    print(f"installing: {why}")
+    print(f"installing: {why or needed}")
     return 1
 
 

@@ -283,9 +283,11 @@ def _elf_machine(path: Path) -> int | None:
 
 def _wait_for_runner(pid: int, timeout_s: float = 30) -> int | None:
     """The pid of the runner process started under ``pid`` (itself, or a child), once running."""
+    from pytest_sme2.interrupt import children  # a call's start-up stays the standard library's
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for candidate in (pid, *_children(pid)):
+        for candidate in (pid, *children(pid)):
             try:
                 cmdline = Path(f"/proc/{candidate}/cmdline").read_bytes()
             except OSError:
@@ -294,18 +296,6 @@ def _wait_for_runner(pid: int, timeout_s: float = 30) -> int | None:
                 return candidate
         time.sleep(0.005)
     return None
-
-
-def _children(pid: int) -> list[int]:
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            children.append(int(stat.parent.name))
-    return children
 
 
 if __name__ == "__main__":
